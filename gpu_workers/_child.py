@@ -1,0 +1,424 @@
+"""Entry point of every sandboxed child: ``python -m gpu_workers._child ROLE IN_FD OUT_FD``.
+
+Roles:
+- ``compile``: import the candidate with the GPU hidden, so its extensions build into the cache;
+- ``reference``: trusted; builds inputs from secret seeds, reference outputs (fp32 and fp64),
+  FLOP and byte counts, and times the baselines;
+- ``candidate``: imports the candidate AFTER the judge bound its functions, runs the trials with
+  guards, times it, and streams raw observations to the parent, which alone gives the verdict.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import traceback
+from typing import Any
+
+from . import sandbox
+
+
+def _harden_process() -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    limit = int(os.environ.get("KA_ADDRESS_LIMIT", "0") or 0)
+    if limit > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)  # die with the parent
+    except (OSError, AttributeError):
+        pass
+
+
+def _short_traceback(exc: BaseException, limit: int = 6000) -> str:
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return text[-limit:]
+
+
+def _is_build_error(exc: BaseException) -> bool:
+    import subprocess
+
+    if isinstance(exc, subprocess.CalledProcessError):
+        return True
+    text = str(exc)
+    return "Error building extension" in text or "error: command" in text or "ninja: build stopped" in text
+
+
+class _Sender:
+    """Numbered messages on the private channel; the parent checks the order."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.seq = 0
+
+    def __call__(self, phase: str, **payload: Any) -> None:
+        self.seq += 1
+        sandbox.write_message(self.fd, {"phase": phase, "seq": self.seq, **payload})
+
+
+# ---- compile ---------------------------------------------------------------------------------
+def _role_compile(setup: dict[str, Any], send: _Sender) -> None:
+    from . import measure
+    from .tasks import exec_source
+
+    start = measure._perf_counter()
+    try:
+        exec_source(setup["kernel_source"], "kernelarena_candidate", "<kernel>")
+    except BaseException as exc:  # noqa: BLE001 - candidate code
+        send("compile_failed", build_error=_is_build_error(exc), error=_short_traceback(exc))
+        return
+    send("compiled", ms=(measure._perf_counter() - start) * 1e3)
+
+
+# ---- shared helpers ----------------------------------------------------------------------------
+def _device(setup: dict[str, Any]):
+    import torch
+
+    device = torch.device(setup["device"])
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        torch.empty(1, device=device)  # create the context before anything else
+    return device
+
+
+def _prepare_torch(setup: dict[str, Any]) -> None:
+    import torch
+
+    torch.set_num_threads(int(setup.get("threads", 1)))
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.randn(1 << 18).sum()  # start the intra-op thread pool before any counting
+
+
+def _move(values: list[Any], device) -> list[Any]:
+    import torch
+
+    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def _secret_reseed() -> None:
+    import random
+
+    import torch
+
+    seed = int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1)
+    torch.manual_seed(seed)
+    random.seed(os.urandom(16))
+    try:
+        import numpy
+
+        numpy.random.seed(int.from_bytes(os.urandom(4), "little"))
+    except ImportError:
+        pass
+
+
+# ---- reference -------------------------------------------------------------------------------
+def _role_reference(setup: dict[str, Any], send: _Sender) -> None:
+    import copy
+
+    import torch
+
+    from . import measure
+    from .tasks import load_task_module
+
+    device = _device(setup)
+    _prepare_torch(setup)
+    task = load_task_module(setup["task_source"], setup.get("profile"))
+    seeds = setup["seeds"]
+
+    torch.manual_seed(seeds["init"][0])
+    init_inputs = list(task.get_init_inputs())
+    models, state_dicts = [], []
+    for init_seed in seeds["init"]:
+        torch.manual_seed(init_seed)
+        model = task.Model(*init_inputs).to(device).eval()
+        models.append(model)
+        state_dicts.append({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
+
+    def make_inputs(seed: int) -> list[Any]:
+        torch.manual_seed(seed)
+        values = task.get_inputs()
+        return [v.detach().to("cpu", copy=True) if isinstance(v, torch.Tensor) else v for v in values]
+
+    models64: list[Any] = []
+    fp64_error = ""
+    if setup.get("fp64", True):
+        try:
+            models64 = [copy.deepcopy(m).double() for m in models]
+        except Exception as exc:  # noqa: BLE001
+            fp64_error = f"no float64 reference: {exc}"
+
+    def run(config: int, inputs: list[Any]) -> dict[str, Any]:
+        with torch.no_grad():
+            on_device = _move(inputs, device)
+            out = measure.to_cpu(measure.flatten(models[config](*on_device)))
+            out64: list[Any] | None = None
+            if models64:
+                try:
+                    wide = [v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+                            for v in on_device]
+                    out64 = measure.to_cpu(measure.flatten(models64[config](*wide)))
+                except Exception:  # noqa: BLE001 - some ops have no float64 kernel
+                    out64 = None
+        return {"config": config, "inputs": inputs, "outputs": out, "outputs64": out64}
+
+    trials = [run(config, make_inputs(seed)) for config, seed in seeds["trials"]]
+    rotations = [run(0, make_inputs(seed)) for seed in seeds["rotations"]]
+    after = run(0, make_inputs(seeds["after"]))
+
+    # FLOPs and bytes for the roofline floor.
+    flops = 0
+    try:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        counter = FlopCounterMode(display=False)
+        with counter, torch.no_grad():
+            models[0](*_move(trials[0]["inputs"], device))
+        flops = int(counter.get_total_flops())
+    except Exception:  # noqa: BLE001
+        flops = 0
+    nbytes = sum(v.numel() * v.element_size() for v in trials[0]["inputs"] if isinstance(v, torch.Tensor))
+    nbytes += sum(v.numel() * v.element_size() for v in state_dicts[0].values())
+    nbytes += sum(v.numel() * v.element_size() for v in trials[0]["outputs"] if isinstance(v, torch.Tensor))
+
+    send("reference", init_inputs=init_inputs, state_dicts=state_dicts, trials=trials, rotations=rotations,
+         after=after, flops=flops, bytes=int(nbytes), fp64_error=fp64_error)
+
+    # Baselines, each announced so the parent can hold its own wall clock against the report.
+    for name in setup.get("baselines", []):
+        try:
+            fn = _baseline_callable(name, models[0], device, rotations)
+            buffers = _move([v.clone() if isinstance(v, torch.Tensor) else v for v in rotations[0]["inputs"]],
+                            device)
+            rotation_inputs = [_move(r["inputs"], device) for r in rotations]
+            with torch.no_grad():
+                fn(*buffers)  # compile / capture outside the measurement
+                send("timing_begin", baseline=name)
+                stats = measure.time_callable(fn, buffers, rotation_inputs, device,
+                                              budget_s=float(setup["timing_budget_s"]))
+            stats.pop("kept_outputs")
+            send("timing_end", baseline=name, stats=stats)
+        except Exception as exc:  # noqa: BLE001 - a baseline that cannot run is reported, not fatal
+            send("baseline_failed", baseline=name, error=_short_traceback(exc, 2000))
+    send("done")
+
+
+def _baseline_callable(name: str, model, device, rotations):
+    import torch
+
+    if name == "eager":
+        return model
+    if name.startswith("compile"):
+        mode = {"compile": None, "compile_reduce_overhead": "reduce-overhead",
+                "compile_max_autotune": "max-autotune"}[name]
+        return torch.compile(model, mode=mode)
+    if name == "cuda_graph":
+        if device.type != "cuda":
+            raise RuntimeError("a CUDA-graph baseline needs a CUDA device")
+        static_in = _move([v.clone() if isinstance(v, torch.Tensor) else v for v in rotations[0]["inputs"]],
+                          device)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream), torch.no_grad():
+            for _ in range(3):
+                model(*static_in)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph), torch.no_grad():
+            static_out = model(*static_in)
+
+        def replay(*buffers):
+            for dst, src in zip(static_in, buffers):
+                if isinstance(dst, torch.Tensor) and dst.data_ptr() != src.data_ptr():
+                    dst.copy_(src)
+            graph.replay()
+            return static_out
+
+        return replay
+    raise ValueError(f"unknown baseline {name!r}")
+
+
+# ---- candidate -------------------------------------------------------------------------------
+def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
+    # Everything the judge calls is bound by these imports, before the candidate's code runs.
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from . import measure
+    from .tasks import exec_source
+
+    device = _device(setup)
+    _prepare_torch(setup)
+    measure.tune_cpu_heap()
+    low_precision = {torch.float16, torch.bfloat16, getattr(torch, "float8_e4m3fn", torch.float16),
+                     getattr(torch, "float8_e5m2", torch.float16)}
+
+    class OpTracer(TorchDispatchMode):
+        """Records every ATen op that reaches the dispatcher inside forward."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: dict[str, int] = {}
+            self.downcasts: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            packet = func.overloadpacket
+            namespace = getattr(func, "namespace", "aten")
+            name = f"{namespace}::{packet.__name__}"
+            self.ops[name] = self.ops.get(name, 0) + 1
+            if packet.__name__ in ("_to_copy", "to") and kwargs.get("dtype") in low_precision:
+                self.downcasts.append(f"{name} -> {kwargs.get('dtype')}")
+            return func(*args, **kwargs)
+
+    trace_enabled = bool(setup.get("trace_ops", True))
+    _secret_reseed()
+
+    # 1. import and construct
+    try:
+        module = exec_source(setup["kernel_source"], "kernelarena_candidate", "<kernel>")
+        model_cls = module.ModelNew
+    except BaseException as exc:  # noqa: BLE001
+        send("error", where="import", build_error=_is_build_error(exc), error=_short_traceback(exc))
+        return
+    patched: set[str] = set(measure.patched_attributes())
+
+    def build(config: int):
+        torch.manual_seed(setup["init_seeds"][config])
+        model = model_cls(*setup["init_inputs"])
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"ModelNew(...) returned a {type(model).__name__}, not an nn.Module")
+        state = setup["state_dicts"][config]
+        own = model.state_dict()
+        shared = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
+        if shared:
+            model.load_state_dict(shared, strict=False)
+        return model.to(device).eval()
+
+    try:
+        models = {config: build(config) for config in sorted({t["config"] for t in setup["trials"]} | {0})}
+    except BaseException as exc:  # noqa: BLE001
+        send("error", where="construct", build_error=False, error=_short_traceback(exc))
+        return
+    _secret_reseed()
+    poisoner = measure.Poisoner(device, int(setup.get("poison_bytes", 1 << 20)))
+
+    # 2. warm-up outside every check (lazy library initialisation is not a hack)
+    try:
+        with torch.no_grad():
+            models[0](*_move(setup["rotations"][0], device))
+        measure.synchronize(device)
+    except BaseException as exc:  # noqa: BLE001
+        send("error", where="forward", build_error=False, error=_short_traceback(exc))
+        return
+    send("ready", patched=sorted(patched | set(measure.patched_attributes())))
+
+    def guarded(model, inputs: list[Any], trace: bool) -> dict[str, Any]:
+        poisoner.poison()
+        threads_before = measure.thread_count()
+        kids_before = measure.child_pids()
+        inputs_before = measure.snapshot(inputs)
+        tracer = OpTracer() if trace else None
+        with torch.no_grad():
+            if tracer is not None:
+                with tracer:
+                    out = model(*inputs)
+            else:
+                out = model(*inputs)
+        measure.synchronize(device)
+        leaves = measure.flatten(out)
+        kinds = []
+        for leaf in leaves:  # exact type and real storage, before anything else touches the output
+            if type(leaf) is not torch.Tensor:
+                kinds.append(f"{type(leaf).__module__}.{type(leaf).__qualname__}")
+            elif leaf.is_meta or leaf.device.type != device.type:
+                kinds.append(f"tensor on {leaf.device}")
+            elif not measure.has_storage(leaf):
+                kinds.append("tensor without materialised storage")
+            else:
+                kinds.append("tensor")
+        first = measure.snapshot(leaves)
+        mutated = not measure.same_values(measure.snapshot(inputs), inputs_before)
+        measure._sleep(float(setup.get("settle_s", 0.02)))
+        measure.synchronize(device)
+        later = measure.snapshot(leaves)
+        changed = not measure.same_values(later, first)
+        return {
+            "outputs": measure.to_cpu(first),
+            "kinds": kinds,
+            "input_mutated": mutated,
+            "changed_after_return": changed,
+            "new_threads": measure.thread_count() - threads_before,
+            "new_processes": len(measure.child_pids() - kids_before),
+            "ops": dict(tracer.ops) if tracer else {},
+            "downcasts": list(tracer.downcasts) if tracer else [],
+        }
+
+    # 3. correctness trials, each on fresh secret inputs, candidate first (the reference ran elsewhere)
+    for index, trial in enumerate(setup["trials"]):
+        try:
+            observed = guarded(models[trial["config"]], _move(trial["inputs"], device), trace_enabled)
+        except BaseException as exc:  # noqa: BLE001
+            send("error", where=f"trial {index}", build_error=False, error=_short_traceback(exc))
+            return
+        send("trial", index=index, **observed)
+    patched |= set(measure.patched_attributes())
+
+    # 4. timing: new values in the same buffers every iteration; outputs kept for the parent
+    rotations = [_move(r, device) for r in setup["rotations"]]
+    buffers = [v.clone() if isinstance(v, torch.Tensor) else v for v in rotations[0]]
+    model = models[0]
+    try:
+        send("timing_begin")
+        with torch.no_grad():
+            stats = measure.time_callable(model, buffers, rotations, device,
+                                          budget_s=float(setup["timing_budget_s"]))
+    except BaseException as exc:  # noqa: BLE001
+        send("error", where="timing", build_error=False, error=_short_traceback(exc))
+        return
+    kept = stats.pop("kept_outputs")
+    send("timing_end", stats=stats, kept_outputs=kept)
+    patched |= set(measure.patched_attributes())
+
+    # 5. after timing: a fresh input, then trial 0 again (determinism, poisoned in between)
+    try:
+        after = guarded(model, _move(setup["after"], device), False)
+        again = guarded(models[setup["trials"][0]["config"]], _move(setup["trials"][0]["inputs"], device), False)
+    except BaseException as exc:  # noqa: BLE001
+        send("error", where="after timing", build_error=False, error=_short_traceback(exc))
+        return
+    patched |= set(measure.patched_attributes())
+    send("after", after=after, again=again)
+    send("done", patched=sorted(patched))
+
+
+_ROLES = {"compile": _role_compile, "reference": _role_reference, "candidate": _role_candidate}
+
+
+def main(argv: list[str]) -> int:
+    role, in_fd, out_fd = argv[0], int(argv[1]), int(argv[2])
+    _harden_process()
+    setup = sandbox.read_message(in_fd)
+    os.close(in_fd)
+    send = _Sender(out_fd)
+    try:
+        _ROLES[role](setup, send)
+    except BaseException as exc:  # noqa: BLE001 - report, never hang the parent
+        try:
+            send("error", where="judge", build_error=False, error=_short_traceback(exc))
+        except OSError:
+            pass
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.stdout.flush()
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    os._exit(code)  # skip interpreter teardown: candidate atexit hooks and thread joins don't run

@@ -1,0 +1,146 @@
+"""The compile phase: building a candidate's extensions apart from running it.
+
+Compiling is CPU work and is pooled apart from GPU work: the candidate's module is imported in a
+child with the GPU hidden, so ``load_inline`` builds into a content-addressed folder (source hash +
+toolchain + architecture) that the run phase then loads from. Concurrent builds of the same source
+share the folder safely (torch's own file lock); different sources never collide.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from . import sandbox
+from .buildcache import pch_dir
+from .hardware import cuda_arch_list
+from .schema import EvalRequest
+
+_BUILD_MARKERS = ("cpp_extension", "load_inline", "torch.utils.cpp", "cupy", "triton", "ctypes", "cffi", "numba")
+
+
+class PhaseFailure(Exception):
+    """A phase ended the evaluation: status, a message for people, and the log that explains it."""
+
+    def __init__(self, status: str, message: str, log: str = ""):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.log = log
+
+
+def cache_root() -> Path:
+    root = Path(os.environ.get("KERNELARENA_CACHE_DIR") or Path.home() / ".cache" / "kernelarena")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+@lru_cache(maxsize=4)
+def toolchain_id(device: str) -> str:
+    """Everything a built extension depends on besides its own source."""
+    import torch
+
+    parts = [sys.version.split()[0], torch.__version__, str(torch.version.cuda)]
+    for cmd in (["c++", "--version"],) + ((["nvcc", "--version"],) if device == "cuda" else ()):
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False).stdout
+            parts.append(out.strip().splitlines()[-1] if cmd[0] == "nvcc" else out.splitlines()[0])
+        except (OSError, subprocess.SubprocessError, IndexError):
+            parts.append(f"{cmd[0]}-missing")
+    return "|".join(parts)
+
+
+def extension_dir(kernel_source: str, device: str, arch: str | None) -> Path:
+    key = hashlib.sha256("\0".join([kernel_source, toolchain_id(device), device, arch or ""]).encode()).hexdigest()
+    path = cache_root() / "ext" / key[:24]
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def needs_build(kernel_source: str) -> bool:
+    """Only candidates that build or load native code get a separate compile phase."""
+    return any(marker in kernel_source for marker in _BUILD_MARKERS)
+
+
+def threads_for(request: EvalRequest) -> int:
+    """Intra-op threads for the kernel and the baselines alike (one on the CPU: stable and fair)."""
+    return int(request.extra.get("threads", 1 if request.device == "cpu" else min(4, os.cpu_count() or 1)))
+
+
+@dataclass
+class BuildContext:
+    """Where a candidate's extensions live and which precompiled header serves them."""
+
+    ext_dir: Path | None
+    pch: Path | None
+
+
+def build_context(request: EvalRequest, hardware: dict[str, Any]) -> BuildContext:
+    if not needs_build(request.kernel_source):
+        return BuildContext(None, None)
+    ext = extension_dir(request.kernel_source, request.device, cuda_arch_list(hardware))
+    use_pch = os.environ.get("KERNELARENA_PCH", "1") != "0" and "load_inline" in request.kernel_source
+    return BuildContext(ext, pch_dir(cache_root(), request.device) if use_pch else None)
+
+
+def child_env(request: EvalRequest, hardware: dict[str, Any], build: BuildContext | None, *,
+              hide_gpu: bool) -> dict[str, str]:
+    threads = str(threads_for(request))
+    env: dict[str, str] = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+    if build is not None and build.ext_dir is not None:
+        env["TORCH_EXTENSIONS_DIR"] = str(build.ext_dir)
+    if build is not None and build.pch is not None:
+        env["CPATH"] = str(build.pch)
+    env["MAX_JOBS"] = str(request.extra.get("max_jobs", os.cpu_count() or 1))
+    if request.device == "cuda":
+        arch = cuda_arch_list(hardware)
+        if arch:
+            env["TORCH_CUDA_ARCH_LIST"] = arch
+        env["CUDA_VISIBLE_DEVICES"] = "" if hide_gpu else str(request.gpu_index or 0)
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root() / "inductor")
+    env["TRITON_CACHE_DIR"] = str(cache_root() / "triton")
+    return env
+
+
+def child_failure(exc: sandbox.ChildError, child: sandbox.Child, what: str, limit_s: float) -> PhaseFailure:
+    if exc.kind == "timeout":
+        return PhaseFailure("timeout", f"{what} did not finish within {limit_s:.0f} s", child.log_tail())
+    return PhaseFailure("runtime_error", f"{what}: {exc}", child.log_tail())
+
+
+@dataclass
+class CompileOutcome:
+    ms: float | None
+    deferred: bool  # the import failed for a reason other than a build: the run phase will tell
+    log: str
+
+
+def compile_candidate(request: EvalRequest, hardware: dict[str, Any], build: BuildContext) -> CompileOutcome:
+    """Build the candidate's extensions with the GPU hidden; raises PhaseFailure on a build error."""
+    if build.ext_dir is None:
+        return CompileOutcome(None, False, "")
+    started = time.monotonic()
+    child = sandbox.spawn("compile", env_extra=child_env(request, hardware, build, hide_gpu=True),
+                          memory_limit_mb=request.memory_limit_mb)
+    with child:
+        child.send({"kernel_source": request.kernel_source})
+        try:
+            message = child.recv(time.monotonic() + request.compile_timeout_s, max_bytes=1 << 20)
+        except sandbox.ChildError as exc:
+            raise child_failure(exc, child, "compiling the kernel", request.compile_timeout_s) from None
+        log = child.log_tail()
+    if message.get("phase") == "compiled":
+        return CompileOutcome((time.monotonic() - started) * 1e3, False, log)
+    error = str(message.get("error", ""))
+    if message.get("build_error"):
+        raise PhaseFailure("compile_error", "the kernel's extension failed to build", (log + "\n" + error)[-8000:])
+    return CompileOutcome(None, True, (log + "\n" + error)[-8000:])

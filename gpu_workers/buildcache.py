@@ -1,0 +1,87 @@
+"""Faster extension builds without touching what candidates write.
+
+Most of a ``load_inline`` build is g++ parsing ``torch/extension.h`` (tens of seconds), not the
+candidate's own code. We precompile that header once per toolchain into our cache and put its folder
+on ``CPATH`` for the compile and run children: ``CPATH`` folders are searched before the
+``-isystem`` folders torch passes, so GCC finds ``torch/extension.h.gch`` there and uses it when
+the build's flags match (it silently falls back to the real header, via a symlink beside it, when
+they do not). Results are identical: the same header, the same flags, the same compiler.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sysconfig
+from pathlib import Path
+
+
+def _torch_include() -> Path:
+    import torch
+
+    return Path(torch.__file__).parent / "include"
+
+
+def _compiler() -> str | None:
+    cxx = os.environ.get("CXX", "c++")
+    path = shutil.which(cxx)
+    if not path:
+        return None
+    try:
+        version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return path if ("g++" in version or "GCC" in version or "Free Software" in version) else None
+
+
+def pch_flags(device: str) -> list[str]:
+    """The flags torch's ``load_inline`` gives g++ for a C++ source (minus the extension name)."""
+    from torch.utils.cpp_extension import include_paths
+
+    flags = ["-DTORCH_API_INCLUDE_EXTENSION_H"]
+    for path in include_paths("cuda" if device == "cuda" else "cpu"):
+        flags += ["-isystem", path]
+    flags += ["-isystem", sysconfig.get_path("include"), "-fPIC", "-std=c++20"]
+    return flags
+
+
+def pch_dir(cache_root: Path, device: str) -> Path | None:
+    """A folder holding ``torch/extension.h.gch`` for this toolchain, built on first use; None if
+    the compiler is not GCC or the build fails (builds then run as plain ``load_inline`` does)."""
+    compiler = _compiler()
+    if compiler is None:
+        return None
+    header = _torch_include() / "torch" / "extension.h"
+    if not header.exists():
+        return None
+    flags = pch_flags(device)
+    key = hashlib.sha256("\0".join([compiler, str(header), str(header.stat().st_mtime_ns), *flags]).encode())
+    folder = cache_root / "pch" / key.hexdigest()[:20]
+    target = folder / "torch" / "extension.h.gch"
+    if target.exists():
+        return folder
+    if (folder / "failed.log").exists():
+        return None  # this toolchain cannot precompile the header: don't retry on every build
+    (folder / "torch").mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one build per toolchain, however many workers start at once
+        try:
+            if target.exists():
+                return folder
+            link = folder / "torch" / "extension.h"
+            if not link.exists():
+                link.symlink_to(header)
+            partial = folder / "torch" / f"extension.h.gch.{os.getpid()}"
+            result = subprocess.run([compiler, "-x", "c++-header", str(header), "-o", str(partial), *flags],
+                                    capture_output=True, text=True, timeout=1800, check=False)
+            if result.returncode != 0:
+                partial.unlink(missing_ok=True)
+                (folder / "failed.log").write_text(result.stderr[-20000:])
+                return None
+            os.replace(partial, target)  # atomic: a reader sees no file or the whole file
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return folder

@@ -1,0 +1,410 @@
+"""One evaluation: static checks → compile → reference → candidate → verdict → reward.
+
+The parent (this module) never imports task or candidate code and never initialises CUDA. Each
+phase that runs code runs in its own child (see ``sandbox`` and ``_child``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import shutil
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from . import judge, sandbox
+from .build import (
+    BuildContext,
+    PhaseFailure,
+    build_context,
+    cache_root,
+    child_env,
+    child_failure,
+    compile_candidate,
+    threads_for,
+)
+from .hardware import ceilings, hardware_info
+from .reward import compute_reward, resolve_reward_config
+from .rules import default_rule_set, make_finding, static_scan, validate_rule_set
+from .schema import EvalRequest, EvalResult, Finding
+from .tasks import KernelFileError, validate_kernel_source, validate_task_source
+
+ROTATIONS = 3
+INIT_CONFIGS = 2
+
+
+# ---- phases ----------------------------------------------------------------------------------
+def _baseline_cache_path(request: EvalRequest, hardware: dict[str, Any], profile: str | None, name: str) -> Path:
+    key = hashlib.sha256("\0".join([request.task_hash, profile or "", hardware["key"], name,
+                                    str(threads_for(request)), str(request.timing_budget_s)]).encode()).hexdigest()
+    path = cache_root() / "baselines"
+    path.mkdir(parents=True, exist_ok=True)
+    return path / f"{key[:32]}.json"
+
+
+def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | None) -> dict[str, Any]:
+    """Inputs, reference outputs and baseline timings from the trusted reference child."""
+    seeds = {
+        "init": [secrets.randbits(62) for _ in range(INIT_CONFIGS)],
+        "trials": [(1 if (INIT_CONFIGS > 1 and request.trials > 1 and i == request.trials - 1) else 0, secrets.randbits(62))
+                   for i in range(request.trials)],
+        "rotations": [secrets.randbits(62) for _ in range(ROTATIONS)],
+        "after": secrets.randbits(62),
+    }
+    cached: dict[str, dict[str, Any]] = {}
+    for name in request.baselines:
+        path = _baseline_cache_path(request, hardware, profile, name)
+        if path.exists():
+            try:
+                cached[name] = json.loads(path.read_text())
+            except (OSError, ValueError):
+                pass
+    wanted = [b for b in request.baselines if b not in cached]
+    setup = {"task_source": request.task_source, "profile": profile, "device": _device_string(request),
+             "seeds": seeds, "baselines": wanted, "timing_budget_s": request.timing_budget_s,
+             "threads": threads_for(request)}
+    child = sandbox.spawn("reference", env_extra=child_env(request, hardware, None, hide_gpu=False),
+                          memory_limit_mb=request.memory_limit_mb)
+    with child:
+        child.send(setup)
+        deadline = time.monotonic() + request.run_timeout_s
+        try:
+            message = child.recv(deadline)
+            if message.get("phase") == "error":
+                raise PhaseFailure("runtime_error", "the reference (task) failed to run: "
+                                   + str(message.get("error", ""))[-3000:], child.log_tail())
+            reference = message
+            baselines = dict(cached)
+            begin_at = None
+            while True:
+                message = child.recv(deadline + request.run_timeout_s * len(wanted))
+                phase = message.get("phase")
+                if phase == "timing_begin":
+                    begin_at = time.monotonic()
+                elif phase == "timing_end":
+                    wall = (time.monotonic() - begin_at) * 1e3 if begin_at else None
+                    stats = message["stats"]
+                    overhead = ((wall - stats["total_ms"]) / stats["iterations"]) if wall else None
+                    entry = {"stats": stats, "wall_ms": wall, "overhead_ms_per_iter": overhead}
+                    baselines[message["baseline"]] = entry
+                    _baseline_cache_path(request, hardware, profile, message["baseline"]).write_text(json.dumps(entry))
+                elif phase == "baseline_failed":
+                    baselines[message["baseline"]] = {"error": message.get("error", "")}
+                elif phase == "done":
+                    break
+                elif phase == "error":
+                    raise PhaseFailure("runtime_error", "the reference failed: " + str(message.get("error"))[-3000:],
+                                       child.log_tail())
+        except sandbox.ChildError as exc:
+            raise child_failure(exc, child, "running the reference", request.run_timeout_s) from None
+    reference["baselines"] = baselines
+    reference["seeds"] = seeds
+    return reference
+
+
+def _device_string(request: EvalRequest) -> str:
+    # The child sees only the GPU it was given, as device 0.
+    return "cuda:0" if request.device == "cuda" else "cpu"
+
+
+
+
+def _candidate(request: EvalRequest, hardware: dict[str, Any], reference: dict[str, Any], build: BuildContext,
+               rule_set: dict[str, Any], compile_deferred: bool) -> tuple[judge.Evidence, list[Finding], str]:
+    """Run the candidate child and collect its observations in strict protocol order."""
+    import torch
+
+    out_bytes = sum(t.numel() * t.element_size() for t in reference["trials"][0]["outputs"]
+                    if isinstance(t, torch.Tensor))
+    setup = {
+        "kernel_source": request.kernel_source,
+        "device": _device_string(request),
+        "init_inputs": reference["init_inputs"],
+        "init_seeds": reference["seeds"]["init"],
+        "state_dicts": reference["state_dicts"],
+        "trials": [{"config": t["config"], "inputs": t["inputs"]} for t in reference["trials"]],
+        "rotations": [r["inputs"] for r in reference["rotations"]],
+        "after": reference["after"]["inputs"],
+        "timing_budget_s": request.timing_budget_s,
+        "threads": threads_for(request),
+        "trace_ops": True,
+        "poison_bytes": 2 * out_bytes,
+    }
+    max_bytes = 64 * (out_bytes + (1 << 20)) * (request.trials + ROTATIONS + 4)
+    child = sandbox.spawn("candidate", env_extra=child_env(request, hardware, build, hide_gpu=False),
+                          memory_limit_mb=request.memory_limit_mb,
+                          address_space_limit=request.device == "cpu")
+    evidence = judge.Evidence()
+    findings: list[Finding] = []
+    with child:
+        child.send(setup)
+        budget = request.run_timeout_s + (request.compile_timeout_s if compile_deferred else 0.0)
+        deadline = time.monotonic() + budget
+        expected = ["ready"] + ["trial"] * request.trials + ["timing_begin", "timing_end", "after", "done"]
+        received = 0
+        timing_began = None
+        try:
+            while True:
+                message = child.recv(deadline, max_bytes=max_bytes)
+                received += 1
+                phase = message.get("phase")
+                if phase == "error":
+                    where = message.get("where", "")
+                    log = (child.log_tail() + "\n" + str(message.get("error", "")))[-8000:]
+                    if message.get("build_error"):
+                        raise PhaseFailure("compile_error", "the kernel's extension failed to build", log)
+                    error_lines = str(message.get("error", "")).strip().splitlines()
+                    summary = error_lines[-1] if error_lines else "unknown error"
+                    raise PhaseFailure("runtime_error", f"the candidate raised during {where}: {summary}", log)
+                want = expected[received - 1] if received <= len(expected) else None
+                if phase != want or message.get("seq") != received:
+                    raise _Forged(make_finding(rule_set, "forged_result",
+                                               f"message {received} was {phase!r} (seq {message.get('seq')!r}); "
+                                               f"the judge sends {want!r} there"), child.log_tail())
+                if phase == "ready":
+                    evidence.patched.extend(message.get("patched", []))
+                elif phase == "trial":
+                    if message.get("index") != len(evidence.trials):
+                        raise _Forged(make_finding(rule_set, "forged_result", "trial messages out of order"),
+                                      child.log_tail())
+                    evidence.trials.append(message)
+                elif phase == "timing_begin":
+                    timing_began = time.monotonic()
+                elif phase == "timing_end":
+                    evidence.timing_wall_ms = (time.monotonic() - timing_began) * 1e3 if timing_began else None
+                    evidence.timing = message["stats"]
+                    evidence.kept_outputs = message["kept_outputs"]
+                elif phase == "after":
+                    evidence.after = message["after"]
+                    evidence.again = message["again"]
+                elif phase == "done":
+                    evidence.patched.extend(message.get("patched", []))
+                    break
+            code = child.proc.wait(timeout=30)
+            extra = child.pending_bytes(wait=0.2)
+            if extra:
+                raise _Forged(make_finding(rule_set, "forged_result",
+                                           f"{extra} unexpected bytes followed the final message"), child.log_tail())
+            if code != 0:
+                raise PhaseFailure("runtime_error", f"the candidate process exited with code {code} after "
+                                   "reporting (an early or abnormal exit is a failure)", child.log_tail())
+        except sandbox.ChildError as exc:
+            if exc.kind == "protocol":
+                raise _Forged(make_finding(rule_set, "forged_result", str(exc)), child.log_tail()) from None
+            raise child_failure(exc, child, "running the candidate", budget) from None
+        except subprocess.TimeoutExpired:
+            raise PhaseFailure("timeout", "the candidate process did not exit after its last report",
+                               child.log_tail()) from None
+        log = child.log_tail()
+    return evidence, findings, log
+
+
+class _Forged(Exception):
+    def __init__(self, finding: Finding | None, log: str):
+        super().__init__(finding.message if finding else "forged result")
+        self.finding = finding
+        self.log = log
+
+
+# ---- the verdict -----------------------------------------------------------------------------
+def _judge(request: EvalRequest, rule_set: dict[str, Any], hardware: dict[str, Any],
+           reference: dict[str, Any], evidence: judge.Evidence) -> tuple[EvalResult, list[Finding]]:
+    thresholds = rule_set["thresholds"]
+    findings: list[Finding] = []
+    observations = evidence.trials + [evidence.after, evidence.again]
+    findings.extend(judge.guard_findings(rule_set, observations))
+    if evidence.patched:
+        f = make_finding(rule_set, "patched_measurement", ", ".join(sorted(set(evidence.patched))[:8]))
+        findings.append(f) if f else None
+
+    # correctness: every trial, then the outputs kept during timing and the one after it
+    passed, first_failure = 0, ""
+    max_abs, max_rel, ref_rel = 0.0, 0.0, 0.0
+    lazy = any(k != "tensor" for o in observations for k in o.get("kinds", []))
+    for index, (trial, ref) in enumerate(zip(evidence.trials, reference["trials"])):
+        cmp = judge.compare_outputs(trial["outputs"], ref["outputs"], ref.get("outputs64"), request.atol, request.rtol)
+        max_abs, max_rel = max(max_abs, cmp.max_abs), max(max_rel, cmp.rel_norm)
+        ref_rel = max(ref_rel, cmp.ref_rel_norm)
+        if cmp.ok:
+            passed += 1
+        elif not first_failure:
+            first_failure = f"trial {index + 1}: {cmp.reason}"
+    correct = passed == len(reference["trials"]) and not lazy
+    if correct:
+        timed_failures = []
+        for r, (kept, ref) in enumerate(zip(evidence.kept_outputs, reference["rotations"])):
+            cmp = judge.compare_outputs(kept, ref["outputs"], ref.get("outputs64"), request.atol, request.rtol)
+            if not cmp.ok:
+                timed_failures.append(f"timing input set {r + 1}: {cmp.reason}")
+        cmp = judge.compare_outputs(evidence.after["outputs"], reference["after"]["outputs"],
+                                    reference["after"].get("outputs64"), request.atol, request.rtol)
+        if not cmp.ok:
+            timed_failures.append(f"fresh input after timing: {cmp.reason}")
+        if timed_failures:
+            f = make_finding(rule_set, "timed_output_mismatch", "; ".join(timed_failures[:3]))
+            findings.append(f) if f else None
+        again = judge.compare_outputs(evidence.again["outputs"], evidence.trials[0]["outputs"], None,
+                                      float(thresholds["determinism_atol"]), float(thresholds["determinism_rtol"]))
+        if not again.ok:
+            f = make_finding(rule_set, "nondeterministic", f"trial 1 rerun after timing: {again.reason}")
+            findings.append(f) if f else None
+        # precision: error far above the fp32 reference's own error against float64
+        limit = max(float(thresholds["precision_ratio"]) * ref_rel, float(thresholds["precision_min_error"]))
+        if max_rel > limit:
+            f = make_finding(rule_set, "precision_downgrade",
+                             f"relative error {max_rel:.2e} vs float64, the fp32 reference's is {ref_rel:.2e}")
+            findings.append(f) if f else None
+
+    # degenerate task: near-constant reference output
+    import torch
+
+    outs = [t for t in reference["trials"][0]["outputs"] if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    if outs and all(float(t.double().std()) <= float(thresholds["degenerate_std"]) * (float(t.double().abs().mean()) + 1e-12)
+                    for t in outs if t.numel() > 1):
+        f = make_finding(rule_set, "degenerate_task", "the reference output barely varies across inputs")
+        findings.append(f) if f else None
+
+    # timings and speedups
+    timing = evidence.timing or {}
+    kernel_ms = timing.get("median_ms")
+    timings_ms: dict[str, float | None] = {"kernel": kernel_ms}
+    speedup: dict[str, float | None] = {}
+    baselines = reference.get("baselines", {})
+    for name in request.baselines:
+        entry = baselines.get(name, {})
+        base_ms = entry.get("stats", {}).get("median_ms") if "stats" in entry else None
+        timings_ms[name] = base_ms
+        speedup[name] = (base_ms / kernel_ms) if (base_ms and kernel_ms) else None
+    for name in ("eager", "compile"):
+        timings_ms.setdefault(name, None)
+        speedup.setdefault(name, None)
+
+    bandwidth, flop_rate = ceilings(hardware)
+    floor_ms = max(reference["bytes"] / bandwidth, reference["flops"] / flop_rate) * 1e3
+    if correct and kernel_ms is not None:
+        if kernel_ms < float(thresholds["floor_factor"]) * floor_ms:
+            f = make_finding(rule_set, "impossible_speed",
+                             f"{kernel_ms:.4g} ms is below the roofline floor of {floor_ms:.4g} ms "
+                             f"({reference['bytes']} bytes, {reference['flops']} FLOPs)")
+            findings.append(f) if f else None
+        eager_speedup = speedup.get("eager")
+        if eager_speedup is not None and eager_speedup > float(thresholds["extreme_speedup"]):
+            f = make_finding(rule_set, "extreme_speedup",
+                             f"{eager_speedup:.1f}× faster than eager (review threshold "
+                             f"{thresholds['extreme_speedup']}×)")
+            findings.append(f) if f else None
+        eager = baselines.get("eager", {})
+        f = judge.timer_finding(rule_set, wall_ms=evidence.timing_wall_ms, stats=timing,
+                                overhead_ms_per_iter=eager.get("overhead_ms_per_iter"))
+        findings.append(f) if f else None
+
+    result = EvalResult(
+        status="passed" if correct else "incorrect",
+        correct=correct,
+        timings_ms=timings_ms,
+        speedup=speedup,
+        message="" if correct else (first_failure or "the output is not a plain tensor"),
+        max_abs_error=max_abs,
+        max_rel_error=max_rel,
+        trials_passed=passed,
+        trials=len(reference["trials"]),
+        floor_ms=floor_ms,
+        timing_stats={"kernel": {k: v for k, v in timing.items()},
+                      **{n: baselines.get(n, {}).get("stats") or {"error": baselines.get(n, {}).get("error")}
+                         for n in request.baselines},
+                      "wall_ms": evidence.timing_wall_ms},
+    )
+    return result, findings
+
+
+def _finish(result: EvalResult, findings: list[Finding], request: EvalRequest, rule_set: dict[str, Any],
+            reward_cfg: dict[str, Any], started: float, hardware: dict[str, Any] | None) -> EvalResult:
+    result.findings = _dedupe(findings)
+    if any(f.severity == "reject" for f in result.findings) and result.status in ("passed", "incorrect"):
+        rejects = [f for f in result.findings if f.severity == "reject"]
+        result.status = "rejected"
+        result.message = "; ".join(f"{f.rule}: {f.message}" for f in rejects[:3])
+    result.track = request.track
+    result.task_hash = request.task_hash
+    result.kernel_hash = request.kernel_hash
+    result.rule_set = {"name": rule_set.get("name", request.track), "version": rule_set.get("version", "")}
+    result.reward_config = {"name": reward_cfg.get("name", ""), "version": reward_cfg.get("version", "")}
+    result.hardware = hardware or {}
+    result.reward = compute_reward(result, reward_cfg)
+    result.duration_s = round(time.monotonic() - started, 3)
+    return result
+
+
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+    seen, out = set(), []
+    for f in findings:
+        key = (f.rule, f.severity, f.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(f)
+    return out
+
+
+def evaluate(request: EvalRequest) -> EvalResult:
+    """Evaluate one candidate. Raises TaskError only for an unusable task file."""
+    started = time.monotonic()
+    rule_set = validate_rule_set(request.rule_set or default_rule_set(request.track))
+    reward_cfg = resolve_reward_config(request.reward_config)
+    info = validate_task_source(request.task_source)
+    profile = request.profile or (request.device if request.device in info.profiles else None)
+    hardware: dict[str, Any] | None = None
+
+    def stop(status: str, message: str, findings: list[Finding] | None = None, **fields: Any) -> EvalResult:
+        return _finish(EvalResult(status=status, message=message, **fields), findings or [], request,
+                       rule_set, reward_cfg, started, hardware)
+
+    try:
+        validate_kernel_source(request.kernel_source)
+    except KernelFileError as exc:
+        return stop("compile_error", str(exc))
+    static = static_scan(request.kernel_source, rule_set)
+    if any(f.severity == "reject" for f in static):
+        return stop("rejected", "; ".join(f"{f.rule}: {f.message}" for f in static if f.severity == "reject")[:2000],
+                    static)
+    try:
+        hardware = hardware_info(request.device, request.gpu_index)
+    except RuntimeError as exc:
+        return stop("runtime_error", str(exc))
+    compile_ms, compile_log, run_log = None, "", ""
+    try:
+        build = build_context(request, hardware)
+        # Compiling (CPU work) and the reference (trusted, device work) overlap.
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="ka-phase") as phases:
+            reference_job = phases.submit(_reference, request, hardware, profile)
+            try:
+                outcome = compile_candidate(request, hardware, build)
+            finally:
+                reference_error = reference_job.exception()
+        compile_ms, compile_log = outcome.ms, outcome.log
+        if reference_error is not None:
+            raise reference_error
+        reference = reference_job.result()
+        evidence, findings, run_log = _candidate(request, hardware, reference, build, rule_set, outcome.deferred)
+    except PhaseFailure as failure:
+        logs = ({"compile_log": failure.log} if failure.status == "compile_error"
+                else {"run_log": failure.log, "compile_log": compile_log})
+        return stop(failure.status, failure.message, static, **logs)
+    except _Forged as forged:
+        findings = static + ([forged.finding] if forged.finding else [])
+        return stop("rejected", forged.finding.message if forged.finding else "forged result", findings,
+                    run_log=forged.log, compile_log=compile_log)
+    result, dynamic = _judge(request, rule_set, hardware, reference, evidence)
+    result.compile_ms = compile_ms
+    result.compile_log = compile_log
+    result.run_log = run_log
+    if reference.get("fp64_error"):
+        result.run_log = (result.run_log + "\n[judge] " + reference["fp64_error"]).strip()
+    return _finish(result, static + findings + dynamic, request, rule_set, reward_cfg, started, hardware)
+
+
+def clear_cache() -> None:
+    shutil.rmtree(cache_root(), ignore_errors=True)

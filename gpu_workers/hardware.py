@@ -1,0 +1,95 @@
+"""Hardware keys and the ceilings used by the roofline floor.
+
+The parent never initialises CUDA: GPU facts come from a short probe subprocess.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import platform
+import subprocess
+import sys
+from typing import Any
+
+# Peak memory bandwidth (bytes/s) and the most generous FLOP rate a kernel of that dtype may use
+# (fp32 tasks may legitimately be served by TF32 tensor cores only under review, so the floor uses it).
+_GPU_CEILINGS: tuple[tuple[str, float, float], ...] = (
+    ("H200", 4.8e12, 989e12),
+    ("H100", 3.35e12, 989e12),
+    ("H800", 3.35e12, 989e12),
+    ("GH200", 4.9e12, 989e12),
+    ("B200", 8.0e12, 2250e12),
+    ("A100", 2.04e12, 312e12),
+    ("L40", 0.86e12, 362e12),
+    ("A10", 0.6e12, 125e12),
+    ("4090", 1.0e12, 330e12),
+)
+_UNKNOWN_GPU = (10e12, 5000e12)
+# A CPU never streams faster than this from cache or memory on the machines we run on; generous on
+# purpose so that the floor only catches the impossible.
+_CPU_CEILING = (1.0e12, 20e12)
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+_PROBE = r"""
+import json, torch
+idx = int(__import__('sys').argv[1])
+p = torch.cuda.get_device_properties(idx)
+print(json.dumps({"name": torch.cuda.get_device_name(idx), "capability": f"{p.major}.{p.minor}",
+  "l2_bytes": int(getattr(p, "L2_cache_size", 0)), "memory_bytes": int(p.total_memory),
+  "sm_count": int(p.multi_processor_count), "torch": torch.__version__, "cuda": torch.version.cuda}))
+"""
+
+
+@functools.lru_cache(maxsize=16)
+def _probe_gpu(index: int) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, "-c", _PROBE, str(index)], capture_output=True, text=True,
+                         timeout=120, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"no usable CUDA device {index}: {out.stderr.strip()[-500:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def hardware_info(device: str, gpu_index: int | None = None) -> dict[str, Any]:
+    """{key, name, torch, cuda, ...}: the key never mixes GPUs, torch or CUDA versions."""
+    import torch
+
+    if device == "cuda":
+        info = _probe_gpu(gpu_index or 0)
+        name = info["name"]
+        cuda = info["cuda"] or "none"
+        extra = {k: info[k] for k in ("capability", "l2_bytes", "memory_bytes", "sm_count")}
+    else:
+        name = _cpu_name()
+        cuda = "none"
+        extra = {"cores": os.cpu_count() or 1}
+    key = f"{device}:{name}|torch-{torch.__version__}|cuda-{cuda}"
+    return {"key": key, "device": device, "name": name, "torch": torch.__version__, "cuda": cuda, **extra}
+
+
+def ceilings(hardware: dict[str, Any]) -> tuple[float, float]:
+    """(bytes per second, FLOP per second) that nothing on this hardware can beat."""
+    if hardware.get("device") != "cuda":
+        return _CPU_CEILING
+    name = str(hardware.get("name", ""))
+    for marker, bandwidth, flops in _GPU_CEILINGS:
+        if marker in name:
+            return bandwidth, flops
+    return _UNKNOWN_GPU
+
+
+def cuda_arch_list(hardware: dict[str, Any]) -> str | None:
+    cap = hardware.get("capability")
+    return str(cap) if cap else None

@@ -1,0 +1,149 @@
+"""The verdict, computed in the parent from raw observations the children sent.
+
+Nothing here runs candidate code: it compares tensors against the trusted reference and turns the
+candidate child's observations (op traces, thread counts, timings) into findings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .rules import make_finding
+from .schema import Finding
+
+
+@dataclass
+class Comparison:
+    ok: bool
+    reason: str = ""
+    max_abs: float = 0.0
+    rel_norm: float = 0.0  # normwise relative error against the float64 reference
+    ref_rel_norm: float = 0.0  # the fp32 reference's own error against float64
+
+
+def _norm(t: torch.Tensor) -> float:
+    return float(torch.linalg.vector_norm(t.reshape(-1)).item()) if t.numel() else 0.0
+
+
+def compare_outputs(cand: list[Any], ref: list[Any], ref64: list[Any] | None, atol: float, rtol: float) -> Comparison:
+    """Structure, exact type, dtype, shape, NaN/Inf, tolerance, then error against float64."""
+    if len(cand) != len(ref):
+        return Comparison(False, f"returned {len(cand)} outputs, the reference returns {len(ref)}")
+    result = Comparison(True)
+    for k, (c, r) in enumerate(zip(cand, ref)):
+        label = f"output {k}" if len(ref) > 1 else "the output"
+        if not isinstance(r, torch.Tensor):
+            if c != r:
+                return Comparison(False, f"{label} is {c!r}, expected {r!r}")
+            continue
+        if not isinstance(c, torch.Tensor):
+            return Comparison(False, f"{label} is {c} instead of a torch.Tensor")
+        if c.dtype != r.dtype:
+            return Comparison(False, f"{label} has dtype {c.dtype}, expected {r.dtype}")
+        if tuple(c.shape) != tuple(r.shape):
+            return Comparison(False, f"{label} has shape {tuple(c.shape)}, expected {tuple(r.shape)}")
+        if not r.is_floating_point() and not r.is_complex():
+            if not torch.equal(c, r):
+                mismatches = int((c != r).sum())
+                return Comparison(False, f"{label}: {mismatches} of {r.numel()} values differ")
+            continue
+        cd, rd = c.double(), r.double()
+        bad = ~torch.isfinite(cd) & torch.isfinite(rd)
+        if bool(bad.any()):
+            return Comparison(False, f"{label} has {int(bad.sum())} NaN/Inf values where the reference is finite")
+        diff = (cd - rd).abs()
+        diff = torch.where(torch.isfinite(rd), diff, torch.zeros_like(diff))
+        max_abs = float(diff.max()) if diff.numel() else 0.0
+        result.max_abs = max(result.max_abs, max_abs)
+        if not torch.allclose(cd, rd, atol=atol, rtol=rtol, equal_nan=True):
+            worst = int(torch.argmax(diff - (atol + rtol * rd.abs())))
+            return Comparison(False, f"{label} differs from the reference: max abs error {max_abs:.3g} "
+                                     f"(atol={atol}, rtol={rtol}; worst at flat index {worst})", max_abs=max_abs)
+        r64 = ref64[k] if ref64 is not None and k < len(ref64) and isinstance(ref64[k], torch.Tensor) else None
+        if r64 is not None:
+            finite = torch.isfinite(r64)
+            ref_norm = _norm(torch.where(finite, r64, 0))
+            scale = max(ref_norm, 1e-30)
+            rel = _norm(torch.where(finite, cd - r64, 0)) / scale
+            own = _norm(torch.where(finite, rd - r64, 0)) / scale
+            result.rel_norm = max(result.rel_norm, rel)
+            result.ref_rel_norm = max(result.ref_rel_norm, own)
+            if rel > rtol:
+                return Comparison(False, f"{label}: relative error {rel:.3g} against the float64 reference "
+                                         f"exceeds rtol={rtol} (near-zero outputs cannot hide behind atol)",
+                                  max_abs=result.max_abs, rel_norm=rel)
+    return result
+
+
+@dataclass
+class Evidence:
+    """Everything the candidate child reported, in protocol order."""
+
+    trials: list[dict[str, Any]] = field(default_factory=list)
+    timing: dict[str, Any] | None = None
+    kept_outputs: list[list[Any]] = field(default_factory=list)
+    after: dict[str, Any] | None = None
+    again: dict[str, Any] | None = None
+    patched: list[str] = field(default_factory=list)
+    timing_wall_ms: float | None = None
+
+
+def library_ops(ops: dict[str, int], allowed: list[str]) -> dict[str, int]:
+    allowed_set = set(allowed)
+    found = {}
+    for name, count in ops.items():
+        namespace, _, op = name.partition("::")
+        if namespace not in ("aten", "prims"):
+            continue  # the candidate's own registered ops are custom kernels
+        if op in allowed_set:
+            continue
+        found[op] = found.get(op, 0) + count
+    return found
+
+
+def guard_findings(rule_set: dict[str, Any], observations: list[dict[str, Any]]) -> list[Finding]:
+    """Findings from the per-call guards (types, inputs, threads, ops, deferred changes)."""
+    findings: list[Finding | None] = []
+    lazy = sorted({k for o in observations for k in o.get("kinds", []) if k != "tensor"})
+    if lazy:
+        findings.append(make_finding(rule_set, "lazy_output", "forward returned " + ", ".join(lazy)))
+    if any(o.get("input_mutated") for o in observations):
+        findings.append(make_finding(rule_set, "input_mutation", "input values differ after forward returned"))
+    if any(o.get("changed_after_return") for o in observations):
+        findings.append(make_finding(rule_set, "deferred_work",
+                                     "output values changed between forward's return and a later read"))
+    threads = max((o.get("new_threads", 0) for o in observations), default=0)
+    procs = max((o.get("new_processes", 0) for o in observations), default=0)
+    if threads > 0 or procs > 0:
+        findings.append(make_finding(rule_set, "spawned_threads",
+                                     f"{threads} new thread(s) and {procs} new process(es) after forward"))
+    ops: dict[str, int] = {}
+    for o in observations:
+        for name, count in o.get("ops", {}).items():
+            ops[name] = ops.get(name, 0) + count
+    library = library_ops(ops, rule_set["allowed_ops"])
+    if library:
+        listed = ", ".join(f"aten::{op} ×{n}" for op, n in sorted(library.items(), key=lambda kv: -kv[1])[:8])
+        findings.append(make_finding(rule_set, "library_compute", listed))
+    downcasts = sorted({d for o in observations for d in o.get("downcasts", [])})
+    if downcasts:
+        findings.append(make_finding(rule_set, "precision_downgrade", "casts inside forward: " + ", ".join(downcasts[:4])))
+    return [f for f in findings if f is not None]
+
+
+def timer_finding(rule_set: dict[str, Any], *, wall_ms: float | None, stats: dict[str, Any],
+                  overhead_ms_per_iter: float | None) -> Finding | None:
+    """The wall clock the parent held must be explained by the times the child reported."""
+    if wall_ms is None or overhead_ms_per_iter is None:
+        return None
+    reported = float(stats["total_ms"])
+    unexplained = wall_ms - stats["iterations"] * max(overhead_ms_per_iter, 0.0)
+    slack = float(rule_set["thresholds"]["timer_slack"])
+    if unexplained > slack * reported + 0.25 * wall_ms + 50.0:
+        return make_finding(rule_set, "timer_mismatch",
+                            f"the parent saw {wall_ms:.1f} ms of wall-clock time for {stats['iterations']} "
+                            f"iterations, but the reported kernel time adds up to {reported:.1f} ms")
+    return None

@@ -1,0 +1,295 @@
+"""Measurement primitives used inside the children: timing, poisoning, guards.
+
+This module is imported, and binds every function it relies on, BEFORE any candidate code is
+imported (REWARD_HACKS family 7). The candidate may later replace ``time.perf_counter`` or
+``torch.cuda.Event.elapsed_time``; the judge keeps calling the originals bound here, and
+``patched_attributes()`` reports any replacement.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+try:  # torch rebinds some public functions (torch.manual_seed) when dynamo is first imported:
+    import torch._dynamo  # noqa: F401  settle that before taking the snapshot below
+except Exception:  # noqa: BLE001 - a bare node may lack dynamo's dependencies
+    pass
+
+# ---- functions bound before candidate import ----------------------------------------------
+_perf_counter = time.perf_counter
+_sleep = time.sleep
+_tensor_clone = torch.Tensor.clone
+_tensor_detach = torch.Tensor.detach
+_tensor_copy = torch.Tensor.copy_
+_tensor_to = torch.Tensor.to
+_tensor_zero = torch.Tensor.zero_
+_tensor_fill = torch.Tensor.fill_
+_torch_equal = torch.equal
+_torch_empty = torch.empty
+_listdir = os.listdir
+_cuda_sync = torch.cuda.synchronize
+_Event = torch.cuda.Event
+_event_record = torch.cuda.Event.record
+_event_sync = torch.cuda.Event.synchronize
+_event_elapsed = torch.cuda.Event.elapsed_time
+
+# Attributes whose replacement is a measurement hack, wherever the candidate does it.
+_WATCHED: tuple[tuple[Any, str], ...] = tuple(
+    (owner, name)
+    for owner, names in (
+        (time, ("perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic", "monotonic_ns",
+                "process_time", "sleep")),
+        (torch, ("allclose", "isclose", "equal", "empty", "empty_like", "manual_seed", "save", "load",
+                 "randn", "rand", "zeros", "clone")),
+        (torch.testing, ("assert_close",)),
+        (torch.cuda, ("synchronize", "Event", "current_stream", "default_stream", "Stream",
+                      "elapsed_time" if hasattr(torch.cuda, "elapsed_time") else "synchronize")),
+        (torch.cuda.Event, ("record", "synchronize", "elapsed_time", "query", "wait")),
+        (torch.Tensor, ("clone", "detach", "copy_", "to", "cpu", "zero_", "fill_", "__eq__", "data_ptr",
+                        "contiguous", "sum", "abs", "float", "double", "numpy", "tolist", "item")),
+        (os, ("write", "read", "_exit", "listdir", "getpid")),
+        (sys, ("exit",)),
+        (builtins, ("isinstance", "type", "len", "print", "open")),
+        (threading, ("active_count", "enumerate")),
+    )
+    for name in names
+    if hasattr(owner, name)
+)
+_ORIGINALS: dict[tuple[int, str], Any] = {(id(owner), name): getattr(owner, name) for owner, name in _WATCHED}
+
+
+def patched_attributes() -> list[str]:
+    """Names of watched functions that no longer are the ones bound at start."""
+    changed = []
+    for owner, name in _WATCHED:
+        if getattr(owner, name, None) is not _ORIGINALS[(id(owner), name)]:
+            label = getattr(owner, "__name__", type(owner).__name__)
+            now = getattr(owner, name, None)
+            where = getattr(now, "__module__", None) or type(now).__name__
+            changed.append(f"{label}.{name} (now {where}.{getattr(now, '__qualname__', '?')})")
+    if sys.gettrace() is not None:
+        changed.append("sys.settrace (a trace function is installed)")
+    if sys.getprofile() is not None:
+        changed.append("sys.setprofile (a profile function is installed)")
+    return changed
+
+
+# ---- the process's threads and children ----------------------------------------------------
+def thread_count() -> int:
+    try:
+        return len(_listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+def child_pids() -> set[int]:
+    pids: set[int] = set()
+    try:
+        for tid in _listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/children", encoding="ascii") as handle:
+                    pids.update(int(p) for p in handle.read().split())
+            except OSError:
+                continue
+    except OSError:
+        pass
+    return pids
+
+
+# ---- devices -------------------------------------------------------------------------------
+def synchronize(device: torch.device) -> None:
+    """Device-wide: waits for every stream, so side-stream work is inside the measurement."""
+    if device.type == "cuda":
+        _cuda_sync(device)
+
+
+class Poisoner:
+    """Fills free allocator memory with NaN so `empty()` cannot return a stale right answer."""
+
+    def __init__(self, device: torch.device, nbytes: int):
+        self.device = device
+        self.numel = max(1 << 16, nbytes // 4)
+
+    def poison(self) -> None:
+        block = _torch_empty(self.numel, dtype=torch.float32, device=self.device)
+        _tensor_fill(block, float("nan"))
+        synchronize(self.device)
+        del block  # back to the caching allocator (CUDA) or the heap (CPU, see tune_cpu_heap)
+
+
+def tune_cpu_heap() -> None:
+    """Keep large CPU blocks on glibc's heap instead of fresh zeroed mmaps, so poison sticks."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3
+        libc.mallopt(m_mmap_threshold, 1 << 30)
+        libc.mallopt(m_trim_threshold, 1 << 31)
+    except (OSError, AttributeError):
+        pass
+
+
+class L2Flusher:
+    """Writes a buffer twice the size of the L2 between timed iterations (CUDA only)."""
+
+    def __init__(self, device: torch.device):
+        self.buffer = None
+        if device.type == "cuda":
+            l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)) or (64 << 20)
+            self.buffer = _torch_empty(2 * l2 // 4, dtype=torch.int32, device=device)
+
+    def flush(self) -> None:
+        if self.buffer is not None:
+            _tensor_zero(self.buffer)
+
+
+# ---- outputs -------------------------------------------------------------------------------
+def flatten(value: Any) -> list[Any]:
+    if isinstance(value, list | tuple):
+        items: list[Any] = []
+        for item in value:
+            items.extend(flatten(item))
+        return items
+    return [value]
+
+
+def snapshot(value: Any) -> list[Any]:
+    """Detached copies of every tensor leaf (the judge's own clone, bound at start)."""
+    return [_tensor_clone(_tensor_detach(v)) if type(v) is torch.Tensor else v for v in flatten(value)]
+
+
+def has_storage(tensor: torch.Tensor) -> bool:
+    """True when the tensor's storage really holds every element it claims to have."""
+    if tensor.numel() == 0:
+        return True
+    extent = 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+    needed = (tensor.storage_offset() + extent) * tensor.element_size()
+    try:
+        return tensor.untyped_storage().nbytes() >= needed
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
+def to_cpu(leaves: Sequence[Any]) -> list[Any]:
+    out = []
+    for leaf in leaves:
+        if type(leaf) is torch.Tensor:
+            out.append(_tensor_to(_tensor_detach(leaf), "cpu", copy=True).contiguous())
+        elif isinstance(leaf, int | float | bool) or leaf is None:
+            out.append(leaf)
+        else:
+            out.append(repr(type(leaf)))
+    return out
+
+
+def same_values(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if type(x) is torch.Tensor and type(y) is torch.Tensor:
+            if x.shape != y.shape or x.dtype != y.dtype or not _torch_equal(x, y):
+                both_nan = torch.isnan(x) & torch.isnan(y) if x.is_floating_point() else None
+                if both_nan is None or not _torch_equal(torch.where(both_nan, 0, x), torch.where(both_nan, 0, y)):
+                    return False
+        elif x != y:
+            return False
+    return True
+
+
+# ---- timing --------------------------------------------------------------------------------
+def _spread(times: Sequence[float]) -> float:
+    if len(times) < 4:
+        return float("inf")
+    q = statistics.quantiles(times, n=4)
+    med = statistics.median(times)
+    return (q[2] - q[0]) / med if med > 0 else float("inf")
+
+
+def time_callable(
+    fn: Callable[..., Any],
+    buffers: Sequence[Any],
+    rotations: Sequence[Sequence[Any]],
+    device: torch.device,
+    *,
+    budget_s: float,
+    min_iters: int = 5,
+    max_iters: int = 1000,
+    target_spread: float = 0.02,
+    warmup: int = 2,
+) -> dict[str, Any]:
+    """Median time of ``fn(*buffers)`` with the buffers' values rotated between iterations.
+
+    Each iteration copies the next rotation's values into the SAME tensors (caching keyed on
+    pointers or shapes returns stale results), flushes the L2 on CUDA, and stops the timer only after
+    a device-wide synchronize (work on side streams is inside the measurement). The last output of
+    every rotation is kept (cloned outside the timed region) so the parent can check it.
+    """
+    flusher = L2Flusher(device)
+    tensors = [i for i, b in enumerate(buffers) if type(b) is torch.Tensor]
+
+    def load(rotation: Sequence[Any]) -> None:
+        for i in tensors:
+            _tensor_copy(buffers[i], rotation[i])
+
+    for step in range(warmup):
+        load(rotations[step % len(rotations)])
+        fn(*buffers)
+    synchronize(device)
+
+    times: list[float] = []
+    host_times: list[float] = []
+    kept: dict[int, list[Any]] = {}
+    started = _perf_counter()
+    iteration = 0
+    while True:
+        r = iteration % len(rotations)
+        load(rotations[r])
+        flusher.flush()
+        synchronize(device)
+        if device.type == "cuda":
+            start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+            host0 = _perf_counter()
+            _event_record(start)
+            out = fn(*buffers)
+            synchronize(device)
+            _event_record(end)
+            _event_sync(end)
+            host1 = _perf_counter()
+            times.append(float(_event_elapsed(start, end)))
+        else:
+            host0 = _perf_counter()
+            out = fn(*buffers)
+            host1 = _perf_counter()
+            times.append((host1 - host0) * 1e3)
+        host_times.append((host1 - host0) * 1e3)
+        kept[r] = snapshot(out)  # a device clone; moved to the CPU once, after the loop
+        del out
+        iteration += 1
+        elapsed = _perf_counter() - started
+        if iteration >= max_iters:
+            break
+        if iteration >= max(min_iters, len(rotations)):
+            if elapsed >= budget_s:
+                break
+            if iteration >= 20 and _spread(times) <= target_spread:
+                break
+    return {
+        "median_ms": statistics.median(times),
+        "host_median_ms": statistics.median(host_times),
+        "min_ms": min(times),
+        "max_ms": max(times),
+        "spread": _spread(times) if len(times) >= 4 else None,
+        "iterations": len(times),
+        "total_ms": sum(times),
+        "kept_outputs": [to_cpu(kept[r]) for r in sorted(kept)],
+    }

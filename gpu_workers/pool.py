@@ -1,0 +1,105 @@
+"""Worker pools with one interface: ``submit(request) -> Future[EvalResult]`` and ``map``.
+
+Every evaluation already runs its untrusted phases in child processes, so the local pool only needs
+threads to keep several evaluations in flight. The Ray pool places one evaluator actor per GPU.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from .schema import EvalRequest, EvalResult
+
+
+def _safe_evaluate(request: EvalRequest) -> EvalResult:
+    from .evaluator import evaluate
+    from .tasks import TaskError
+
+    try:
+        return evaluate(request)
+    except TaskError as exc:
+        return EvalResult(status="runtime_error", message=f"unusable task: {exc}", track=request.track,
+                          task_hash=request.task_hash, kernel_hash=request.kernel_hash)
+
+
+class LocalPool:
+    """N evaluations at a time on this machine; GPU requests are spread over ``gpus``."""
+
+    def __init__(self, workers: int = 1, gpus: int = 0,
+                 evaluate_fn: Callable[[EvalRequest], EvalResult] = _safe_evaluate):
+        if workers < 1:
+            raise ValueError("workers must be at least 1")
+        self.workers = workers
+        self.gpus = gpus
+        self._evaluate = evaluate_fn
+        self._executor = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ka-eval")
+        self._next_gpu = 0
+
+    def submit(self, request: EvalRequest) -> cf.Future:
+        if request.device == "cuda" and self.gpus and request.gpu_index is None:
+            request.gpu_index = self._next_gpu % self.gpus
+            self._next_gpu += 1
+        return self._executor.submit(self._evaluate, request)
+
+    def map(self, requests: Iterable[EvalRequest]) -> Iterator[EvalResult]:
+        futures = [self.submit(r) for r in requests]
+        for future in futures:
+            yield future.result()
+
+    def as_completed(self, requests: Iterable[EvalRequest]) -> Iterator[tuple[int, EvalResult]]:
+        futures = {self.submit(r): i for i, r in enumerate(requests)}
+        for future in cf.as_completed(futures):
+            yield futures[future], future.result()
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> LocalPool:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+
+class RayPool:
+    """One evaluator actor per GPU (``num_gpus=1``), joined through RAY_ADDRESS when set."""
+
+    def __init__(self, actors: int | None = None, address: str | None = None):
+        try:
+            import ray
+        except ImportError as exc:  # Ray is optional at import
+            raise RuntimeError("RayPool needs ray: pip install 'kernelarena[ray]' (or use LocalPool)") from exc
+        import os
+
+        self._ray = ray
+        if not ray.is_initialized():
+            ray.init(address=address or os.environ.get("RAY_ADDRESS") or None, ignore_reinit_error=True)
+        gpus = int(ray.cluster_resources().get("GPU", 0))
+        count = actors or max(gpus, 1)
+
+        @ray.remote(num_gpus=1 if gpus else 0)
+        class EvaluatorActor:  # CUDA is initialised inside the actor's own children, never in a parent
+            def evaluate(self, payload: dict[str, Any]) -> dict[str, Any]:
+                request = EvalRequest.from_dict(payload)
+                request.gpu_index = 0  # Ray sets CUDA_VISIBLE_DEVICES to the actor's GPU
+                return _safe_evaluate(request).to_dict()
+
+        self._actors = [EvaluatorActor.remote() for _ in range(count)]
+        self._next = 0
+        self._executor = cf.ThreadPoolExecutor(max_workers=count)
+
+    def submit(self, request: EvalRequest) -> cf.Future:
+        actor = self._actors[self._next % len(self._actors)]
+        self._next += 1
+        ref = actor.evaluate.remote(request.to_dict())
+        return self._executor.submit(lambda: EvalResult.from_dict(self._ray.get(ref)))
+
+    def map(self, requests: Iterable[EvalRequest]) -> Iterator[EvalResult]:
+        futures = [self.submit(r) for r in requests]
+        for future in futures:
+            yield future.result()
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=True)
