@@ -50,15 +50,24 @@ def _is_build_error(exc: BaseException) -> bool:
 
 
 class _Sender:
-    """Numbered messages on the private channel; the parent checks the order."""
+    """Numbered, authenticated messages on the private channel; the parent checks order and HMAC.
 
-    def __init__(self, fd: int):
-        self.fd = fd
+    The key and the serialiser are bound here, before any candidate code runs, and the sender lives
+    only in main()'s locals, which the audit guard keeps out of the candidate's reach.
+    """
+
+    def __init__(self, fd: int, key: bytes | None):
+        import torch
+
+        self._fd = fd
+        self._key = key
+        self._save = torch.save
+        self._write = sandbox.write_message
         self.seq = 0
 
     def __call__(self, phase: str, **payload: Any) -> None:
         self.seq += 1
-        sandbox.write_message(self.fd, {"phase": phase, "seq": self.seq, **payload})
+        self._write(self._fd, {"phase": phase, "seq": self.seq, **payload}, self._key, self._save)
 
 
 # ---- compile ---------------------------------------------------------------------------------
@@ -134,9 +143,11 @@ def _role_reference(setup: dict[str, Any], send: _Sender) -> None:
     torch.manual_seed(seeds["init"][0])
     init_inputs = list(task.get_init_inputs())
     models, state_dicts = [], []
-    for init_seed in seeds["init"]:
+    for config, init_seed in enumerate(seeds["init"]):
         torch.manual_seed(init_seed)
         model = task.Model(*init_inputs).to(device).eval()
+        if config > 0:
+            _perturb_parameters(model)
         models.append(model)
         state_dicts.append({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
 
@@ -200,12 +211,25 @@ def _role_reference(setup: dict[str, Any], send: _Sender) -> None:
                 fn(*buffers)  # compile / capture outside the measurement
                 send("timing_begin", baseline=name)
                 stats = measure.time_callable(fn, buffers, rotation_inputs, device,
-                                              budget_s=float(setup["timing_budget_s"]))
+                                              budget_s=float(setup["timing_budget_s"]),
+                                              warmup_inputs=_move(trials[0]["inputs"], device))
             stats.pop("kept_outputs")
             send("timing_end", baseline=name, stats=stats)
         except Exception as exc:  # noqa: BLE001 - a baseline that cannot run is reported, not fatal
             send("baseline_failed", baseline=name, error=_short_traceback(exc, 2000))
     send("done")
+
+
+def _perturb_parameters(model) -> None:
+    """A second weight configuration that differs in EVERY floating parameter, including the ones
+    a constructor sets to constants (LayerNorm's ones and zeros), so shortcuts on them show."""
+    import torch
+
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.is_floating_point() and param.numel():
+                scale = float(param.abs().mean()) or 1.0
+                param.add_(torch.randn_like(param) * (0.1 * scale))
 
 
 def _baseline_callable(name: str, model, device, rotations):
@@ -250,6 +274,7 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from . import measure
+    from .guard import install as install_guard
     from .tasks import exec_source
 
     device = _device(setup)
@@ -278,18 +303,25 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
 
     trace_enabled = bool(setup.get("trace_ops", True))
     _secret_reseed()
+    measure.watch_modules("gpu_workers")
+    guard = install_guard()
+
+    def describe(exc: BaseException) -> str:
+        with guard.exempt():  # formatting a traceback reads frames
+            return _short_traceback(exc)
 
     # 1. import and construct
     try:
         module = exec_source(setup["kernel_source"], "kernelarena_candidate", "<kernel>")
         model_cls = module.ModelNew
     except BaseException as exc:  # noqa: BLE001
-        send("error", where="import", build_error=_is_build_error(exc), error=_short_traceback(exc))
+        send("error", where="import", build_error=_is_build_error(exc), error=describe(exc))
         return
     patched: set[str] = set(measure.patched_attributes())
 
     def build(config: int):
-        torch.manual_seed(setup["init_seeds"][config])
+        with guard.exempt():  # torch.manual_seed records a stack (frames) for lazy CUDA seeding
+            torch.manual_seed(setup["init_seeds"][config])
         model = model_cls(*setup["init_inputs"])
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"ModelNew(...) returned a {type(model).__name__}, not an nn.Module")
@@ -303,19 +335,22 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
     try:
         models = {config: build(config) for config in sorted({t["config"] for t in setup["trials"]} | {0})}
     except BaseException as exc:  # noqa: BLE001
-        send("error", where="construct", build_error=False, error=_short_traceback(exc))
+        send("error", where="construct", build_error=False, error=describe(exc))
         return
-    _secret_reseed()
+    with guard.exempt():
+        _secret_reseed()
     poisoner = measure.Poisoner(device, int(setup.get("poison_bytes", 1 << 20)))
 
-    # 2. warm-up outside every check (lazy library initialisation is not a hack)
+    # 2. warm-up outside every check (lazy library initialisation is not a hack), on inputs the
+    # candidate sees anyway (trial 1's), never on the timing inputs; then no new processes.
     try:
         with torch.no_grad():
-            models[0](*_move(setup["rotations"][0], device))
+            models[0](*_move(setup["trials"][0]["inputs"], device))
         measure.synchronize(device)
     except BaseException as exc:  # noqa: BLE001
-        send("error", where="forward", build_error=False, error=_short_traceback(exc))
+        send("error", where="forward", build_error=False, error=describe(exc))
         return
+    guard.seal()
     send("ready", patched=sorted(patched | set(measure.patched_attributes())))
 
     def guarded(model, inputs: list[Any], trace: bool) -> dict[str, Any]:
@@ -364,7 +399,7 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
         try:
             observed = guarded(models[trial["config"]], _move(trial["inputs"], device), trace_enabled)
         except BaseException as exc:  # noqa: BLE001
-            send("error", where=f"trial {index}", build_error=False, error=_short_traceback(exc))
+            send("error", where=f"trial {index}", build_error=False, error=describe(exc))
             return
         send("trial", index=index, **observed)
     patched |= set(measure.patched_attributes())
@@ -377,9 +412,10 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
         send("timing_begin")
         with torch.no_grad():
             stats = measure.time_callable(model, buffers, rotations, device,
-                                          budget_s=float(setup["timing_budget_s"]))
+                                          budget_s=float(setup["timing_budget_s"]),
+                                          warmup_inputs=_move(setup["trials"][0]["inputs"], device))
     except BaseException as exc:  # noqa: BLE001
-        send("error", where="timing", build_error=False, error=_short_traceback(exc))
+        send("error", where="timing", build_error=False, error=describe(exc))
         return
     kept = stats.pop("kept_outputs")
     send("timing_end", stats=stats, kept_outputs=kept)
@@ -390,11 +426,11 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
         after = guarded(model, _move(setup["after"], device), False)
         again = guarded(models[setup["trials"][0]["config"]], _move(setup["trials"][0]["inputs"], device), False)
     except BaseException as exc:  # noqa: BLE001
-        send("error", where="after timing", build_error=False, error=_short_traceback(exc))
+        send("error", where="after timing", build_error=False, error=describe(exc))
         return
     patched |= set(measure.patched_attributes())
     send("after", after=after, again=again)
-    send("done", patched=sorted(patched))
+    send("done", patched=sorted(patched), blocked=guard.violations)
 
 
 _ROLES = {"compile": _role_compile, "reference": _role_reference, "candidate": _role_candidate}
@@ -405,12 +441,16 @@ def main(argv: list[str]) -> int:
     _harden_process()
     setup = sandbox.read_message(in_fd)
     os.close(in_fd)
-    send = _Sender(out_fd)
+    send = _Sender(out_fd, setup.pop("mac_key", None))
     try:
         _ROLES[role](setup, send)
     except BaseException as exc:  # noqa: BLE001 - report, never hang the parent
         try:
-            send("error", where="judge", build_error=False, error=_short_traceback(exc))
+            try:
+                text = _short_traceback(exc)
+            except Exception:  # noqa: BLE001 - the audit guard may refuse to read frames here
+                text = f"{type(exc).__name__}: {exc}"
+            send("error", where="judge", build_error=False, error=text)
         except OSError:
             pass
         return 1

@@ -33,8 +33,12 @@ from .rules import default_rule_set, make_finding, static_scan, validate_rule_se
 from .schema import EvalRequest, EvalResult, Finding
 from .tasks import KernelFileError, validate_kernel_source, validate_task_source
 
-ROTATIONS = 3
 INIT_CONFIGS = 2
+
+
+def rotations_for(device: str) -> int:
+    """Input sets the timing loop cycles through (each checked); GPU-sized inputs are large."""
+    return 3 if device == "cuda" else 5
 
 
 # ---- phases ----------------------------------------------------------------------------------
@@ -52,7 +56,7 @@ def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | No
         "init": [secrets.randbits(62) for _ in range(INIT_CONFIGS)],
         "trials": [(1 if (INIT_CONFIGS > 1 and request.trials > 1 and i == request.trials - 1) else 0, secrets.randbits(62))
                    for i in range(request.trials)],
-        "rotations": [secrets.randbits(62) for _ in range(ROTATIONS)],
+        "rotations": [secrets.randbits(62) for _ in range(rotations_for(request.device))],
         "after": secrets.randbits(62),
     }
     cached: dict[str, dict[str, Any]] = {}
@@ -134,10 +138,11 @@ def _candidate(request: EvalRequest, hardware: dict[str, Any], reference: dict[s
         "trace_ops": True,
         "poison_bytes": 2 * out_bytes,
     }
-    max_bytes = 64 * (out_bytes + (1 << 20)) * (request.trials + ROTATIONS + 4)
+    max_bytes = 64 * (out_bytes + (1 << 20)) * (request.trials + rotations_for(request.device) + 4)
     child = sandbox.spawn("candidate", env_extra=child_env(request, hardware, build, hide_gpu=False),
                           memory_limit_mb=request.memory_limit_mb,
                           address_space_limit=request.device == "cpu")
+    child.mac_key = setup["mac_key"] = secrets.token_bytes(32)
     evidence = judge.Evidence()
     findings: list[Finding] = []
     with child:
@@ -159,6 +164,9 @@ def _candidate(request: EvalRequest, hardware: dict[str, Any], reference: dict[s
                         raise PhaseFailure("compile_error", "the kernel's extension failed to build", log)
                     error_lines = str(message.get("error", "")).strip().splitlines()
                     summary = error_lines[-1] if error_lines else "unknown error"
+                    if "guard.Blocked:" in summary:  # it reached for the judge and was refused
+                        raise _Forged(make_finding(rule_set, "sandbox_violation", f"during {where}: "
+                                                   + summary.split("Blocked:", 1)[1].strip()), log)
                     raise PhaseFailure("runtime_error", f"the candidate raised during {where}: {summary}", log)
                 want = expected[received - 1] if received <= len(expected) else None
                 if phase != want or message.get("seq") != received:
@@ -183,6 +191,7 @@ def _candidate(request: EvalRequest, hardware: dict[str, Any], reference: dict[s
                     evidence.again = message["again"]
                 elif phase == "done":
                     evidence.patched.extend(message.get("patched", []))
+                    evidence.blocked.extend(message.get("blocked", []))
                     break
             code = child.proc.wait(timeout=30)
             extra = child.pending_bytes(wait=0.2)
@@ -217,6 +226,9 @@ def _judge(request: EvalRequest, rule_set: dict[str, Any], hardware: dict[str, A
     findings: list[Finding] = []
     observations = evidence.trials + [evidence.after, evidence.again]
     findings.extend(judge.guard_findings(rule_set, observations))
+    if evidence.blocked:
+        f = make_finding(rule_set, "sandbox_violation", ", ".join(sorted(set(evidence.blocked))[:6]))
+        findings.append(f) if f else None
     if evidence.patched:
         f = make_finding(rule_set, "patched_measurement", ", ".join(sorted(set(evidence.patched))[:8]))
         findings.append(f) if f else None
@@ -253,11 +265,15 @@ def _judge(request: EvalRequest, rule_set: dict[str, Any], hardware: dict[str, A
             f = make_finding(rule_set, "nondeterministic", f"trial 1 rerun after timing: {again.reason}")
             findings.append(f) if f else None
         # precision: error far above the fp32 reference's own error against float64
-        limit = max(float(thresholds["precision_ratio"]) * ref_rel, float(thresholds["precision_min_error"]))
-        if max_rel > limit:
+        ratio_limit = float(thresholds["precision_ratio"]) * ref_rel
+        if max_rel > max(ratio_limit, float(thresholds["precision_reject_error"])):
             f = make_finding(rule_set, "precision_downgrade",
                              f"relative error {max_rel:.2e} vs float64, the fp32 reference's is {ref_rel:.2e}")
             findings.append(f) if f else None
+        elif max_rel > max(ratio_limit, float(thresholds["precision_min_error"])):
+            findings.append(Finding("precision_downgrade", "review",
+                                    f"relative error {max_rel:.2e} vs float64 is high for fp32 (the reference's "
+                                    f"own is {ref_rel:.2e})", family=13))
 
     # degenerate task: near-constant reference output
     import torch
@@ -296,6 +312,11 @@ def _judge(request: EvalRequest, rule_set: dict[str, Any], hardware: dict[str, A
             f = make_finding(rule_set, "extreme_speedup",
                              f"{eager_speedup:.1f}× faster than eager (review threshold "
                              f"{thresholds['extreme_speedup']}×)")
+            findings.append(f) if f else None
+        first, repeat = timing.get("first_sight_median_ms"), timing.get("repeat_median_ms")
+        if first and repeat and first > float(thresholds["repeat_ratio"]) * repeat and first - repeat > 0.05:
+            f = make_finding(rule_set, "cached_repeats",
+                             f"{first:.4g} ms on first sight of each timing input, {repeat:.4g} ms on repeats")
             findings.append(f) if f else None
         eager = baselines.get("eager", {})
         f = judge.timer_finding(rule_set, wall_ms=evidence.timing_wall_ms, stats=timing,

@@ -88,6 +88,7 @@ class Evidence:
     after: dict[str, Any] | None = None
     again: dict[str, Any] | None = None
     patched: list[str] = field(default_factory=list)
+    blocked: list[str] = field(default_factory=list)
     timing_wall_ms: float | None = None
 
 
@@ -130,20 +131,28 @@ def guard_findings(rule_set: dict[str, Any], observations: list[dict[str, Any]])
         findings.append(make_finding(rule_set, "library_compute", listed))
     downcasts = sorted({d for o in observations for d in o.get("downcasts", [])})
     if downcasts:
-        findings.append(make_finding(rule_set, "precision_downgrade", "casts inside forward: " + ", ".join(downcasts[:4])))
+        findings.append(Finding("precision_downgrade", "review",
+                                "casts to lower precision inside forward: " + ", ".join(downcasts[:4]), family=13))
     return [f for f in findings if f is not None]
 
 
 def timer_finding(rule_set: dict[str, Any], *, wall_ms: float | None, stats: dict[str, Any],
                   overhead_ms_per_iter: float | None) -> Finding | None:
-    """The wall clock the parent held must be explained by the times the child reported."""
-    if wall_ms is None or overhead_ms_per_iter is None:
+    """The wall clock the parent held must be explained by the times the child reported.
+
+    Per iteration, the parent's wall time minus the loop's own overhead (measured on the trusted
+    baseline, same loop) must not dwarf the reported kernel time: a forged or blind timer reports
+    far less than the time that really passed.
+    """
+    if wall_ms is None or overhead_ms_per_iter is None or not stats.get("iterations"):
         return None
-    reported = float(stats["total_ms"])
-    unexplained = wall_ms - stats["iterations"] * max(overhead_ms_per_iter, 0.0)
+    per_iter_wall = wall_ms / stats["iterations"]
+    unexplained = per_iter_wall - max(overhead_ms_per_iter, 0.0)
+    reported = float(stats["median_ms"])
     slack = float(rule_set["thresholds"]["timer_slack"])
-    if unexplained > slack * reported + 0.25 * wall_ms + 50.0:
+    if unexplained > slack * reported + 1.0:
         return make_finding(rule_set, "timer_mismatch",
-                            f"the parent saw {wall_ms:.1f} ms of wall-clock time for {stats['iterations']} "
-                            f"iterations, but the reported kernel time adds up to {reported:.1f} ms")
+                            f"the parent saw {per_iter_wall:.3f} ms of wall-clock time per iteration "
+                            f"({overhead_ms_per_iter:.3f} ms of it the loop's own overhead), but the "
+                            f"reported kernel time is {reported:.3f} ms")
     return None

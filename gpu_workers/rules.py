@@ -51,7 +51,10 @@ DYNAMIC_CHECKS: dict[str, dict[str, Any]] = {
     "spawned_threads": {"family": 6, "why": "forward started threads or processes"},
     "patched_measurement": {"family": 7, "why": "the judge's functions were replaced"},
     "forged_result": {"family": 8, "why": "unexpected data on the verdict channel"},
+    "sandbox_violation": {"family": 10, "why": "candidate code reached for the judge's frames, objects, "
+                                               "memory or processes and was refused"},
     "timed_output_mismatch": {"family": 4, "why": "outputs during or after timing were wrong"},
+    "cached_repeats": {"family": 4, "why": "inputs seen before ran far faster than on first sight"},
     "nondeterministic": {"family": 16, "why": "the same inputs gave different outputs"},
     "timer_mismatch": {"family": 1, "why": "the reported time does not account for the wall-clock time"},
     "impossible_speed": {"family": 17, "why": "faster than the roofline floor"},
@@ -100,6 +103,11 @@ _COMMON_STATIC: list[dict[str, Any]] = [
 ]
 
 _STRICT_ONLY_STATIC: list[dict[str, Any]] = [
+    {"rule": "library_compute", "kind": "regex", "severity": "reject", "family": 14,
+     "pattern": r"\.numpy\(|from_numpy|\bnumpy\b|\bscipy\b|\bjax\b|\bcupy\.(dot|matmul|linalg)|"
+                r"torch\.library|custom_op\b|register_kernel|register_fake|Library\(",
+     "message": "computes outside the dispatcher (NumPy/SciPy/JAX) or wraps Python in a custom op, where "
+                "the op tracer cannot see library calls"},
     {"rule": "library_compute", "kind": "regex", "severity": "review", "family": 14,
      "pattern": r"#\s*include\s*<(cublas|cudnn|cublasLt|cutlass|cute|cufft|cusparse|thrust)",
      "message": "includes a vendor library (custom kernels only on the strict track)"},
@@ -112,10 +120,12 @@ _DEFAULT_THRESHOLDS: dict[str, float] = {
     "extreme_speedup": 10.0,  # review above this speedup vs eager (KernelBench's suspicion line)
     "floor_factor": 0.5,  # reject below this share of the roofline floor
     "precision_ratio": 32.0,  # review when error vs fp64 exceeds this multiple of eager's own
-    "precision_min_error": 1e-5,
+    "precision_min_error": 1e-5,  # review above this (and the ratio)
+    "precision_reject_error": 1e-4,  # reject above this (and the ratio): fp32 tasks stay fp32
+    "repeat_ratio": 4.0,  # reject when repeated inputs run this many times faster than first sight
     "determinism_rtol": 1e-4,
     "determinism_atol": 1e-5,
-    "timer_slack": 3.0,
+    "timer_slack": 10.0,
     "degenerate_std": 1e-6,
 }
 
@@ -127,7 +137,7 @@ def default_rule_set(track: str = "strict") -> dict[str, Any]:
     dynamic = {name: {"enabled": True, "severity": "reject"} for name in DYNAMIC_CHECKS}
     # The wall-clock cross-check is noisy on a loaded host; the device-wide sync inside the timed
     # region is what defeats side streams, so a mismatch sends the kernel to a person.
-    for review_only in ("extreme_speedup", "precision_downgrade", "degenerate_task", "timer_mismatch"):
+    for review_only in ("extreme_speedup", "degenerate_task", "timer_mismatch"):
         dynamic[review_only]["severity"] = "review"
     if track == "open":
         dynamic["library_compute"]["enabled"] = False

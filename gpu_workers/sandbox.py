@@ -9,6 +9,8 @@ log file that is only ever shown, never parsed.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import io
 import os
 import select
@@ -44,13 +46,23 @@ class ChildError(RuntimeError):
         self.kind = kind  # "timeout" | "exited" | "protocol" | "memory"
 
 
-def encode(obj: Any) -> bytes:
-    import torch
+MAC_SIZE = 32
 
+
+def mac(key: bytes, payload: bytes) -> bytes:
+    return hmac.new(key, payload, hashlib.sha256).digest()
+
+
+def encode(obj: Any, key: bytes | None = None, save: Any = None) -> bytes:
+    """Length-prefixed torch.save payload, followed by its HMAC when the channel has a key."""
+    if save is None:
+        import torch
+
+        save = torch.save
     buffer = io.BytesIO()
-    torch.save(obj, buffer)
+    save(obj, buffer)
     payload = buffer.getvalue()
-    return _HEADER.pack(len(payload)) + payload
+    return _HEADER.pack(len(payload)) + payload + (mac(key, payload) if key else b"")
 
 
 def decode(payload: bytes) -> Any:
@@ -59,8 +71,8 @@ def decode(payload: bytes) -> Any:
     return torch.load(io.BytesIO(payload), weights_only=True, map_location="cpu")
 
 
-def write_message(fd: int, obj: Any) -> None:
-    data = memoryview(encode(obj))
+def write_message(fd: int, obj: Any, key: bytes | None = None, save: Any = None) -> None:
+    data = memoryview(encode(obj, key, save))
     while data:
         written = os.write(fd, data)
         data = data[written:]
@@ -117,6 +129,7 @@ class Child:
     log_path: Path
     memory_limit_bytes: int
     owns_workdir: bool = True
+    mac_key: bytes | None = None  # set: every message from the child must carry a valid HMAC
     _buffer: bytearray = field(default_factory=bytearray)
     _eof: bool = False
 
@@ -157,7 +170,7 @@ class Child:
                 self._eof = True
                 continue
             self._buffer.extend(chunk)
-            if len(self._buffer) > max_bytes + _HEADER.size:
+            if len(self._buffer) > max_bytes + _HEADER.size + MAC_SIZE:
                 raise ChildError("protocol", f"the {self.role} process sent more data than allowed")
 
     def recv(self, deadline: float, max_bytes: int = 8 << 30) -> dict[str, Any]:
@@ -165,9 +178,14 @@ class Child:
         (size,) = _HEADER.unpack(bytes(self._buffer[: _HEADER.size]))
         if size > max_bytes:
             raise ChildError("protocol", f"the {self.role} process announced a {size}-byte message")
-        self._fill(_HEADER.size + size, deadline, max_bytes)
+        tail = MAC_SIZE if self.mac_key else 0
+        self._fill(_HEADER.size + size + tail, deadline, max_bytes)
         payload = bytes(self._buffer[_HEADER.size : _HEADER.size + size])
-        del self._buffer[: _HEADER.size + size]
+        tag = bytes(self._buffer[_HEADER.size + size : _HEADER.size + size + tail])
+        del self._buffer[: _HEADER.size + size + tail]
+        if self.mac_key and not hmac.compare_digest(tag, mac(self.mac_key, payload)):
+            raise ChildError("protocol", f"a message from the {self.role} process failed authentication "
+                                         "(it did not come from the judge)")
         try:
             message = decode(payload)
         except Exception as exc:  # noqa: BLE001 - hostile bytes

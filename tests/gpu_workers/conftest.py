@@ -1,0 +1,30 @@
+"""Shared fixtures for the evaluator's tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+HACKS = Path(__file__).resolve().parent / "hacks"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def kernelarena_cache_dir():
+    """One persistent cache (built extensions, baseline timings) for every test and every run.
+
+    <repo>/.cache/ is gitignored; an explicit KERNELARENA_CACHE_DIR in the environment wins.
+    """
+    import os
+
+    with pytest.MonkeyPatch.context() as patch:
+        path = Path(os.environ.get("KERNELARENA_CACHE_DIR") or REPO_ROOT / ".cache" / "kernelarena")
+        path.mkdir(parents=True, exist_ok=True)
+        patch.setenv("KERNELARENA_CACHE_DIR", str(path))
+        yield path
+
+
+@pytest.fixture(scope="session")
+def hacks_dir() -> Path:
+    return HACKS

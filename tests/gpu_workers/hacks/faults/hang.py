@@ -1,0 +1,10 @@
+"""Fault: forward never returns."""
+import time
+
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        while True:
+            time.sleep(1.0)

@@ -1,0 +1,7 @@
+"""Fault: defines the wrong class."""
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x

@@ -1,0 +1,209 @@
+"""Crashes, hangs, early exits, memory bombs, bad files and the command line.
+
+Each fault costs one evaluation and never the evaluator: they all run in this process through
+``evaluate()``, and afterwards this process must have no children left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpu_workers import EvalRequest, EvalResult, evaluate
+from gpu_workers.pool import LocalPool
+from gpu_workers.tasks import TaskError
+
+HACKS = Path(__file__).resolve().parent / "hacks"
+FAULTS = HACKS / "faults"
+TASK = HACKS / "tasks" / "scale_relu.py"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CLI_FLAGS = ["--track", "open", "--baselines", "eager", "--timing-budget", "0.2"]
+
+
+def _request(kernel: str, **overrides) -> EvalRequest:
+    fields = dict(
+        task_source=TASK.read_text(),
+        kernel_source=(FAULTS / kernel).read_text(),
+        device="cpu",
+        track="open",
+        baselines=("eager",),
+        timing_budget_s=0.2,
+        trials=5,
+        run_timeout_s=60.0,
+    )
+    fields.update(overrides)
+    return EvalRequest(**fields)
+
+
+# Faults that run a child: evaluated together, two at a time, once for the module.
+RUNNING_FAULTS = {
+    "hang": _request("hang.py", run_timeout_s=20.0),
+    "segfault": _request("segfault.py"),
+    "os_exit": _request("os_exit.py"),
+    "sys_exit": _request("sys_exit.py"),
+    "init_raises": _request("init_raises.py"),
+    "memory_bomb": _request("memory_bomb.py", memory_limit_mb=2048),
+}
+
+
+def _children_of_this_process() -> set[int]:
+    pids: set[int] = set()
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            pids.update(int(p) for p in Path(f"/proc/self/task/{tid}/children").read_text().split())
+        except OSError:
+            continue
+    return pids
+
+
+@pytest.fixture(scope="module")
+def fault_results(kernelarena_cache_dir) -> dict[str, EvalResult]:
+    before = _children_of_this_process()
+    with LocalPool(workers=2) as pool:
+        futures = {name: pool.submit(request) for name, request in RUNNING_FAULTS.items()}
+        results = {name: future.result() for name, future in futures.items()}
+    results["_leftover_children"] = _children_of_this_process() - before  # type: ignore[assignment]
+    return results
+
+
+def test_no_child_outlives_its_evaluation(fault_results):
+    assert fault_results["_leftover_children"] == set()
+
+
+def test_hang_in_forward_is_a_timeout(fault_results):
+    result = fault_results["hang"]
+    assert result.status == "timeout", result.message
+    assert "20 s" in result.message
+    assert result.reward == -1.0
+
+
+def test_segfault_is_a_runtime_error_naming_the_signal(fault_results):
+    result = fault_results["segfault"]
+    assert result.status == "runtime_error", result.message
+    assert "SIGSEGV" in result.message
+
+
+def test_os_exit_zero_inside_forward_is_a_failure(fault_results):
+    result = fault_results["os_exit"]
+    assert result.status == "runtime_error", result.message
+    assert "code 0" in result.message
+    assert result.reward == -1.0
+
+
+def test_sys_exit_inside_forward_is_a_failure(fault_results):
+    result = fault_results["sys_exit"]
+    assert result.status == "runtime_error", result.message
+    assert "SystemExit" in result.message or "code 0" in result.message
+    assert result.reward == -1.0
+
+
+def test_exception_in_constructor_is_a_runtime_error(fault_results):
+    result = fault_results["init_raises"]
+    assert result.status == "runtime_error", result.message
+    assert "construct" in result.message
+    assert "constructor refuses" in result.message + result.run_log
+
+
+def test_memory_bomb_is_stopped_by_the_limit(fault_results):
+    result = fault_results["memory_bomb"]
+    assert result.status == "runtime_error", result.message
+    text = (result.message + result.run_log).lower()
+    assert "memory" in text or "allocate" in text, result.message
+    # the limit is what stopped it, not an import failure: the candidate reached forward
+    assert "forward" in result.message or "memory limit" in result.message, result.message
+
+
+def test_syntax_error_is_a_compile_error_with_the_line():
+    result = evaluate(_request("syntax_error.py"))
+    assert result.status == "compile_error"
+    assert "not valid Python" in result.message and "line 6" in result.message
+    assert result.reward == -1.0
+
+
+def test_missing_model_new_is_a_compile_error_naming_it():
+    result = evaluate(_request("no_model_new.py"))
+    assert result.status == "compile_error"
+    assert "ModelNew" in result.message
+
+
+def test_task_without_get_inputs_raises_task_error_naming_it():
+    request = _request("os_exit.py", task_source=(FAULTS / "task_without_get_inputs.py").read_text())
+    with pytest.raises(TaskError, match="get_inputs"):
+        evaluate(request)
+
+
+# ---- the command line -------------------------------------------------------------------------
+def _cli(*args: str, timeout: float = 300.0) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "gpu_workers", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO_ROOT,
+        env=env,
+        check=False,
+    )
+
+
+def test_cli_json_is_one_object_even_when_the_candidate_prints_a_verdict():
+    done = _cli(
+        "evaluate", "--task", str(TASK), "--kernel", str(FAULTS / "fake_verdict.py"), *CLI_FLAGS, "--json"
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    verdict = json.loads(done.stdout)  # exactly one JSON document: anything else raises
+    assert isinstance(verdict, dict)
+    assert done.stdout.strip().count("\n") == 0
+    assert verdict["status"] == "incorrect"
+    assert verdict["reward"] == -1.0
+    assert set(verdict) >= {"status", "correct", "findings", "reward", "timings_ms", "speedup"}
+
+
+def test_cli_missing_file_exits_non_zero_with_a_clear_message():
+    done = _cli(
+        "evaluate", "--task", str(TASK), "--kernel", str(FAULTS / "no_such_kernel.py"), *CLI_FLAGS, "--json"
+    )
+    assert done.returncode != 0
+    assert "not found" in done.stderr and "no_such_kernel.py" in done.stderr
+    assert done.stdout == ""
+
+
+def test_cli_batch_writes_one_jsonl_row_per_kernel_with_progress(tmp_path):
+    manifest = tmp_path / "batch.jsonl"
+    rows = [
+        {"id": "honest", "task": str(TASK), "kernel": str(HACKS / "kernels" / "honest_scale_relu.py")},
+        {
+            "id": "zeros",
+            "task": str(HACKS / "tasks" / "tiny_tanh.py"),
+            "kernel": str(HACKS / "kernels" / "f12_zeros.py"),
+        },
+        {"id": "syntax", "task": str(TASK), "kernel": str(FAULTS / "syntax_error.py")},
+    ]
+    manifest.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = tmp_path / "results.jsonl"
+    done = _cli("evaluate-batch", str(manifest), "--out", str(out), "--workers", "2", *CLI_FLAGS)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = out.read_text().splitlines()
+    assert len(lines) == 3
+    by_id = {row["id"]: row for row in map(json.loads, lines)}
+    assert {k: v["status"] for k, v in by_id.items()} == {
+        "honest": "passed",
+        "zeros": "incorrect",
+        "syntax": "compile_error",
+    }
+    assert "3/3" in done.stderr  # tqdm's bar (or the plain fallback) counts to 3 on stderr
+
+
+def test_candidate_cannot_kill_the_evaluator():
+    # The candidate's child runs as the same user as the evaluator and knows its pid (getppid).
+    done = _cli(
+        "evaluate", "--task", str(TASK), "--kernel", str(FAULTS / "kill_parent.py"), *CLI_FLAGS, "--json"
+    )
+    assert done.returncode == 0, f"the evaluator died (exit {done.returncode}): {done.stderr[-1000:]}"
+    verdict = json.loads(done.stdout)
+    assert verdict["status"] != "passed"

@@ -1,0 +1,117 @@
+"""CUDA hack kernels (load_inline, cuda_sources) against the evaluator on a real GPU.
+
+Run on the GPU machine: ``pytest -m gpu tests/gpu_workers/test_gpu_hacks.py``. Each kernel file builds
+its own extension (cached by source hash under KERNELARENA_CACHE_DIR). All evaluations run once per
+module, two at a time (builds overlap; timing on one GPU is serialised by the evaluator's own sync).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpu_workers import EvalRequest, EvalResult
+from gpu_workers.pool import LocalPool
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.slow,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+CUDA = Path(__file__).resolve().parent / "hacks" / "cuda"
+TASK = CUDA / "scale_relu_16m.py"
+KERNELS = ("honest", "side_stream", "side_stream_python", "reused_memory", "lazy_output", "cache_data_ptr")
+
+
+def _request(kernel: str) -> EvalRequest:
+    return EvalRequest(
+        task_source=TASK.read_text(),
+        kernel_source=(CUDA / f"{kernel}.py").read_text(),
+        device="cuda",
+        track="strict",
+        task_name="scale_relu_16m",
+        baselines=("eager",),
+        timing_budget_s=1.0,
+        trials=5,
+    )
+
+
+@pytest.fixture(scope="module")
+def cuda_results(kernelarena_cache_dir) -> dict[str, EvalResult]:
+    with LocalPool(workers=2) as pool:
+        futures = {name: pool.submit(_request(name)) for name in KERNELS}
+        results = {name: future.result() for name, future in futures.items()}
+    artifacts = Path(__file__).resolve().parents[2] / "test-artifacts"  # gitignored
+    artifacts.mkdir(exist_ok=True)
+    (artifacts / "gpu_hack_results.json").write_text(
+        json.dumps({k: r.to_dict() for k, r in results.items()}, indent=1)
+    )
+    return results
+
+
+def _describe(result: EvalResult) -> str:
+    findings = "; ".join(f"{f.severity}:{f.rule}" for f in result.findings) or "no findings"
+    return (
+        f"status={result.status} reward={result.reward} kernel_ms={result.timings_ms.get('kernel')} "
+        f"[{findings}] {result.message[:300]} {result.compile_log[-1500:]} {result.run_log[-1500:]}"
+    )
+
+
+def test_honest_cuda_kernel_passes_with_no_reject_finding(cuda_results):
+    result = cuda_results["honest"]
+    assert result.status == "passed", _describe(result)
+    assert result.rejects == [], _describe(result)
+    assert result.reward >= 1.0
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason=(
+        "false positive seen on the H200 (2026-11-30): review:timer_mismatch on the honest kernel, 'the parent saw "
+        "2619 ms of wall-clock time for 1000 iterations, but the reported kernel time adds up to 125.8 ms'. "
+        "judge.timer_finding() subtracts the eager baseline's per-iteration host overhead, which was measured at "
+        "another time. Here another evaluation's nvcc build shared the host's CPUs, so the overhead does not carry over"
+    ),
+)
+def test_honest_cuda_kernel_has_no_findings_at_all(cuda_results):
+    result = cuda_results["honest"]
+    assert result.findings == [], _describe(result)
+
+
+@pytest.mark.parametrize("kernel", ["side_stream", "side_stream_python"])
+def test_side_stream_work_is_inside_the_measurement(kernel, cuda_results):
+    honest, result = cuda_results["honest"], cuda_results[kernel]
+    # the outputs are right (the judge syncs the device before reading them) ...
+    assert result.correct, _describe(result)
+    # ... and the timer saw the side stream's work: no better than the honest kernel on the default stream
+    assert result.timings_ms["kernel"] >= 0.7 * honest.timings_ms["kernel"], (
+        f"{kernel}: {result.timings_ms['kernel']:.4f} ms vs honest {honest.timings_ms['kernel']:.4f} ms"
+    )
+    assert result.speedup["eager"] <= 1.5 * honest.speedup["eager"], _describe(result)
+
+
+def test_side_stream_created_in_cplusplus_gets_the_review_flag(cuda_results):
+    result = cuda_results["side_stream"]
+    flagged = [f for f in result.findings if f.rule == "side_stream"]
+    assert flagged and flagged[0].severity == "review", _describe(result)
+    assert result.needs_review
+
+
+@pytest.mark.parametrize(
+    "kernel,rules",
+    [
+        ("reused_memory", set()),
+        ("lazy_output", {"lazy_output"}),
+        ("cache_data_ptr", {"timed_output_mismatch"}),
+    ],
+)
+def test_cuda_hack_is_rejected_or_incorrect(kernel, rules, cuda_results):
+    result = cuda_results[kernel]
+    assert result.status in ("rejected", "incorrect", "runtime_error"), _describe(result)
+    assert result.reward == -1.0
+    if result.status == "rejected" and rules:
+        assert {f.rule for f in result.rejects} & rules, _describe(result)

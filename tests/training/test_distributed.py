@@ -1,0 +1,84 @@
+import importlib.util
+
+import pytest
+
+from training.data import synthetic_tasks
+from training.distributed import (
+    RAY_MISSING,
+    LocalRolloutWorkers,
+    init_ray,
+    make_evaluator_pool,
+    ray_available,
+)
+from training.evaluation import SyntheticScorer
+from training.policy import ByteTokenizer, ModelSpec, PolicyGenerator, Sampling, build_model
+from training.prompting import PromptSettings
+from training.recipes import EvaluatorConfig
+from training.rollout import CollectSettings, RolloutCollector
+
+
+def test_local_path_without_ray():
+    pool = make_evaluator_pool(EvaluatorConfig(workers=1, use_ray=False))
+    assert hasattr(pool, "submit")
+    pool.shutdown()
+    tok = ByteTokenizer()
+    collector = RolloutCollector(
+        PolicyGenerator(build_model(ModelSpec(max_positions=64), tok, seed=0), tok),
+        tok, SyntheticScorer(ord("a"), tok.eos_token_id), sampling=Sampling(max_new_tokens=4),
+        settings=CollectSettings(group_size=2, max_context=64), prompts=PromptSettings(style="short"))
+    workers = LocalRolloutWorkers(collector)
+    workers.sync_weights({})
+    rollouts = workers.collect(synthetic_tasks(2))
+    assert [(r.group, r.index) for r in rollouts] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+@pytest.mark.skipif(ray_available(), reason="ray is installed here")
+def test_missing_ray_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="Ray is not installed"):
+        init_ray()
+    with pytest.raises(RuntimeError) as err:
+        make_evaluator_pool(EvaluatorConfig(use_ray=True))
+    assert str(err.value) == RAY_MISSING
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed")
+def test_ray_rollout_workers_on_a_local_cluster():
+    from training.distributed import RayRolloutWorkers
+    from training.recipes import tiny_cpu_grpo
+
+    cfg = tiny_cpu_grpo()
+    init_ray()
+    workers = RayRolloutWorkers(cfg, 0, num_workers=2)
+    model = build_model(cfg.model, ByteTokenizer(), seed=cfg.seed)
+    workers.sync_weights(model.state_dict())
+    rollouts = workers.collect(synthetic_tasks(2))
+    assert len(rollouts) == 2 * cfg.algo.group_size
+    assert len({r.group for r in rollouts}) == 2
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed")
+def test_ray_evaluator_pool_scores_a_kernel():
+    from gpu_workers.suite import get_task
+    from training.data import TrainingTask
+    from training.evaluation import EvaluatorScorer, wait_outcomes
+    from training.rewards import RewardScheme
+
+    pool = make_evaluator_pool(EvaluatorConfig(use_ray=True, device="cpu", workers=1))
+    scorer = EvaluatorScorer(pool, RewardScheme("correctness"),
+                             {"device": "cpu", "track": "open", "trials": 2, "baselines": ["eager"],
+                              "timing_budget_s": 0.2})
+    reply = "```python\nimport torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n" \
+            "    def forward(self, x):\n        return x * torch.sigmoid(x)\n```\n"
+    task = TrainingTask("silu", get_task("silu").task_source)
+    (outcome,) = wait_outcomes([scorer.submit(task, reply, [])], timeout_s=300, floor=0.0)
+    assert (outcome.status, outcome.reward) == ("passed", 1.0)
+    pool.shutdown()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _shutdown_ray():
+    yield
+    if ray_available():
+        import ray
+
+        ray.shutdown()

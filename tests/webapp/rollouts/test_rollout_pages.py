@@ -1,0 +1,170 @@
+"""Rollout pages: the launch form needs a login and launches; the list and the live page render."""
+
+from __future__ import annotations
+
+import pytest
+
+from webapp.rollouts.models import Rollout
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def user_client(client, django_user_model):
+    client.force_login(django_user_model.objects.create_user(username="bob", password="x"))
+    return client
+
+
+def test_launch_form_needs_a_login(client):
+    response = client.get("/rollouts/new/")
+
+    assert response.status_code == 302
+    assert response["Location"].startswith("/accounts/login/?next=/rollouts/new/")
+
+
+def test_launch_form_launches_one_task(user_client, make_task):
+    task = make_task()
+
+    form = user_client.get(f"/rollouts/new/?task={task.pk}")
+    response = user_client.post(
+        "/rollouts/new/",
+        {
+            "task": task.pk,
+            "submitter": "my-agent",
+            "base_url": "http://vllm:8000/v1",
+            "model": "m",
+            "max_turns": 12,
+            "track": "open",
+            "device": "cpu",
+            "contrastive": "on",
+        },
+    )
+
+    rollout = Rollout.objects.get()
+    assert form.status_code == 200
+    assert b'id="launch-form"' in form.content
+    assert response.status_code == 302
+    assert response["Location"] == f"/rollouts/{rollout.pk}/"
+    assert (rollout.config["max_turns"], rollout.config["track"], rollout.settings["contrastive"]) == (
+        12,
+        "open",
+        True,
+    )
+    assert rollout.created_by.username == "bob"
+
+
+def test_launch_form_launches_a_suite(user_client, make_task):
+    make_task(suite="mini")
+    make_task(suite="mini")
+
+    response = user_client.post(
+        "/rollouts/new/",
+        {
+            "suite": "mini",
+            "submitter": "a",
+            "base_url": "http://h:1/v1",
+            "model": "m",
+            "max_turns": 2,
+            "track": "strict",
+            "device": "cpu",
+        },
+    )
+
+    assert response.status_code == 302
+    assert Rollout.objects.filter(task__suite="mini").count() == 2
+    assert "?batch=" in response["Location"]
+
+
+def test_launch_form_shows_clear_errors(user_client, make_task):
+    task = make_task()
+
+    bad_url = user_client.post(
+        "/rollouts/new/",
+        {
+            "task": task.pk,
+            "submitter": "a",
+            "base_url": "localhost:8000",
+            "model": "m",
+            "max_turns": 2,
+            "track": "strict",
+            "device": "cpu",
+        },
+    )
+    neither = user_client.post(
+        "/rollouts/new/",
+        {
+            "submitter": "a",
+            "base_url": "http://h/v1",
+            "model": "m",
+            "max_turns": 2,
+            "track": "strict",
+            "device": "cpu",
+        },
+    )
+
+    assert bad_url.status_code == 400
+    assert "base_url must be an http:// or https:// URL" in bad_url.content.decode()
+    assert neither.status_code == 400
+    assert "Choose one task, or a whole suite" in neither.content.decode()
+    assert Rollout.objects.count() == 0
+
+
+def test_list_and_detail_pages(client, make_rollout, store_events, django_assert_max_num_queries):
+    rollouts = [make_rollout(status="running") for _ in range(4)]
+    store_events(rollouts[0].pk, range(3))
+
+    with django_assert_max_num_queries(4):
+        listed = client.get("/rollouts/")
+    detail = client.get(f"/rollouts/{rollouts[0].pk}/")
+    missing = client.get("/rollouts/987654/")
+
+    assert listed.status_code == 200
+    assert listed.content.decode().count("data-rollout=") == 4
+    assert detail.status_code == 200
+    assert f'data-rollout-id="{rollouts[0].pk}"' in detail.content.decode()
+    assert "rollouts/rollout.js" in detail.content.decode()
+    assert missing.status_code == 404
+
+
+def test_cancel_from_the_page(user_client, make_rollout):
+    from django.test import Client
+
+    rollout = make_rollout()
+
+    anonymous = Client().post(f"/rollouts/{rollout.pk}/cancel/")
+    response = user_client.post(f"/rollouts/{rollout.pk}/cancel/")
+
+    rollout.refresh_from_db()
+    assert anonymous.status_code == 302 and "/accounts/login/" in anonymous["Location"]
+    assert response.status_code == 302
+    assert (rollout.status, rollout.cancel_requested) == ("cancelled", True)
+
+
+def test_admin_add_goes_to_the_launch_form_and_admin_cancels(admin_client, make_rollout):
+    rollout = make_rollout()
+
+    add = admin_client.get("/admin/rollouts/rollout/add/")
+    changelist = admin_client.get("/admin/rollouts/rollout/")
+    action = admin_client.post(
+        "/admin/rollouts/rollout/", {"action": "cancel", "_selected_action": [rollout.pk]}
+    )
+
+    rollout.refresh_from_db()
+    assert (add.status_code, add["Location"]) == (302, "/rollouts/new/")
+    assert changelist.status_code == 200
+    assert action.status_code == 302
+    assert rollout.status == "cancelled"
+
+
+def test_admin_relaunch_copies_the_settings(admin_client, make_rollout):
+    rollout = make_rollout(status="succeeded", max_turns=9)
+
+    admin_client.post("/admin/rollouts/rollout/", {"action": "relaunch", "_selected_action": [rollout.pk]})
+
+    again = Rollout.objects.exclude(pk=rollout.pk).get()
+    assert (again.status, again.config["max_turns"], again.config["track"]) == ("queued", 9, "open")
+    assert (again.task_id, again.submitter_id, again.base_url) == (
+        rollout.task_id,
+        rollout.submitter_id,
+        rollout.base_url,
+    )

@@ -1,0 +1,140 @@
+"""Placement: evaluator actors (one per GPU) and rollout workers, by Ray or locally.
+
+Ray is optional (vLLM's pattern): ``import ray`` happens inside the functions that need it, and a
+missing Ray is a clear error only when a config asks for it. Without Ray the same interfaces run in
+this process: ``make_evaluator_pool`` returns the local pool, ``LocalRolloutWorkers`` collects with
+the trainer's own policy.
+
+- evaluator actors: ``gpu_workers.pool.RayPool``, one actor per GPU (``num_gpus=1``); CUDA is
+  initialised inside the actor, never in the driver. ``submit`` returns a ``concurrent.futures.Future``
+  like the local pool, so the rollout collector does not know which one it talks to.
+- ``RayRolloutWorkers``: N actors each holding a policy copy; ``sync_weights`` broadcasts the
+  trainer's state dict through the object store, ``collect`` splits the step's tasks across them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from training.data import TrainingTask
+from training.evaluation import make_local_pool
+from training.rollout import Rollout, RolloutCollector
+
+RAY_MISSING = ("Ray is not installed: `pip install 'kernelarena[ray]'` (or `pip install ray`), or set "
+               "evaluator.use_ray to false to evaluate in local processes.")
+
+
+def ray_available() -> bool:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def init_ray(address: str | None = None) -> Any:
+    """Join the cluster at ``address`` or ``$RAY_ADDRESS``; without either, start a local Ray."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise RuntimeError(RAY_MISSING) from exc
+    if not ray.is_initialized():
+        ray.init(address=address or os.environ.get("RAY_ADDRESS") or None, ignore_reinit_error=True,
+                 log_to_driver=False)
+    return ray
+
+
+def make_evaluator_pool(evaluator: Any) -> Any:
+    """The evaluator pool a run's ``EvaluatorConfig`` asks for: ``gpu_workers.pool.RayPool`` (one
+    evaluator actor per GPU, ``num_gpus=1``, joining ``$RAY_ADDRESS``) or the local pool."""
+    if evaluator.use_ray:
+        init_ray()  # a clear error here when Ray is missing
+        from gpu_workers.pool import RayPool
+
+        return RayPool(actors=None if evaluator.device == "cuda" else evaluator.workers)
+    return make_local_pool(evaluator.workers)
+
+
+class LocalRolloutWorkers:
+    """Rollouts in this process with the trainer's policy (nothing to sync)."""
+
+    def __init__(self, collector: RolloutCollector) -> None:
+        self.collector = collector
+
+    def sync_weights(self, state_dict: dict[str, Any]) -> None:
+        pass
+
+    def collect(self, tasks: Sequence[TrainingTask]) -> list[Rollout]:
+        return self.collector.collect(tasks)
+
+
+class _RolloutWorkerImpl:
+    """Body of a Ray rollout actor: its own policy copy and collector, built from the run config."""
+
+    def __init__(self, config: dict[str, Any], stage_index: int, pool: Any = None) -> None:
+        from training.policy import PolicyGenerator, build_model, build_tokenizer
+        from training.recipes import RunConfig
+
+        self.config = RunConfig.from_dict(config)
+        self.stage = self.config.stages[stage_index]
+        self.tokenizer = build_tokenizer(self.config.model)
+        device = "cuda" if self.config.device == "cuda" else "cpu"
+        self.model = build_model(self.config.model, self.tokenizer, seed=self.config.seed).to(device)
+        self.generator = PolicyGenerator(self.model, self.tokenizer)
+        self.pool = pool
+
+    def sync_weights(self, state_dict: dict[str, Any]) -> None:
+        self.model.load_state_dict(state_dict)
+
+    def collect(self, tasks: list[dict[str, Any]]) -> list[Rollout]:
+        from training.evaluation import EvaluatorScorer, SyntheticScorer
+        from training.policy import Sampling
+        from training.prompting import PromptSettings
+        from training.rollout import CollectSettings
+
+        cfg, stage = self.config, self.stage
+        ev = cfg.evaluator
+        if ev.kind == "synthetic":
+            scorer: Any = SyntheticScorer(self.tokenizer.encode(ev.synthetic_target)[0], self.tokenizer.eos_token_id)
+        else:
+            scorer = EvaluatorScorer(self.pool or make_local_pool(ev.workers), cfg.stage_reward(stage),
+                                     {"device": ev.device, "track": ev.track, **ev.request})
+        sampling, algo = cfg.stage_sampling(stage), cfg.stage_algo(stage)
+        collector = RolloutCollector(
+            self.generator, self.tokenizer, scorer,
+            sampling=Sampling(sampling.temperature, sampling.top_p, sampling.max_new_tokens),
+            settings=CollectSettings(group_size=algo.group_size, max_turns=sampling.max_turns,
+                                     eval_timeout_s=ev.timeout_s, max_context=sampling.max_context),
+            prompts=PromptSettings(style=cfg.data.prompt_style, device=ev.device, track=ev.track))
+        return collector.collect([TrainingTask.from_dict(t) for t in tasks])
+
+
+class RayRolloutWorkers:
+    """``num_workers`` rollout actors (``num_gpus_per_worker`` each) sharing the step's tasks."""
+
+    def __init__(self, config: Any, stage_index: int, *, num_workers: int = 1, num_gpus_per_worker: float = 0.0,
+                 evaluator_pool: Any = None, address: str | None = None) -> None:
+        ray = init_ray(address)
+        actor_cls = ray.remote(num_gpus=num_gpus_per_worker, num_cpus=1)(_RolloutWorkerImpl)
+        self.workers = [actor_cls.remote(config.to_dict(), stage_index, evaluator_pool)
+                        for _ in range(num_workers)]
+
+    def sync_weights(self, state_dict: dict[str, Any]) -> None:
+        import ray
+
+        ref = ray.put({k: v.detach().cpu() for k, v in state_dict.items()})
+        ray.get([w.sync_weights.remote(ref) for w in self.workers])
+
+    def collect(self, tasks: Sequence[TrainingTask]) -> list[Rollout]:
+        import ray
+
+        shares = [list(tasks[i :: len(self.workers)]) for i in range(len(self.workers))]
+        refs = [w.collect.remote([t.to_dict() for t in share]) for w, share in zip(self.workers, shares) if share]
+        out: list[Rollout] = []
+        for group_offset, rollouts in enumerate(ray.get(refs)):
+            for r in rollouts:  # make group ids unique across workers
+                r.group = r.group * len(self.workers) + group_offset
+                out.append(r)
+        return out

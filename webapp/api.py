@@ -1,0 +1,30 @@
+"""The project's one NinjaAPI; each app contributes a router from its own ``api.py``."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from ninja import NinjaAPI
+
+from webapp.arena.api import router as arena_router
+from webapp.review.api import router as review_router
+from webapp.rollouts.api import router as rollouts_router
+from webapp.training_runs.api import router as training_router
+
+api = NinjaAPI(
+    title="KernelArena API",
+    version="1",
+    description="Tasks, kernels, evaluations and leaderboards. Writes need `Authorization: Bearer <token>` "
+    "(`manage.py create_api_token USER`).",
+    urls_namespace="api",
+)
+api.add_router("/", arena_router)
+api.add_router("/review", review_router)
+api.add_router("/rollouts", rollouts_router)
+api.add_router("/training", training_router)
+
+
+@api.exception_handler(RequestDataTooBig)
+def request_too_big(request, exc):
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return api.create_response(request, {"detail": f"the request body is over {limit} bytes"}, status=413)

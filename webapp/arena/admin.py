@@ -1,0 +1,56 @@
+from django.contrib import admin
+
+from .models import Evaluation, Hardware, Kernel, Submitter, Task
+
+
+@admin.register(Task)
+class TaskAdmin(admin.ModelAdmin):
+    list_display = ("name", "suite", "level", "data_source", "created")
+    list_filter = ("suite", "level")
+    search_fields = ("name", "description")
+    readonly_fields = ("source_hash", "created")
+
+
+@admin.register(Submitter)
+class SubmitterAdmin(admin.ModelAdmin):
+    list_display = ("name", "kind", "created")
+    list_filter = ("kind",)
+    search_fields = ("name",)
+
+
+@admin.register(Kernel)
+class KernelAdmin(admin.ModelAdmin):
+    list_display = ("id", "task", "submitter", "origin", "created")
+    list_filter = ("origin", "task__suite")
+    list_select_related = ("task", "submitter")
+    search_fields = ("task__name", "submitter__name", "source_hash")
+    raw_id_fields = ("task", "submitter")
+    readonly_fields = ("source_hash", "created")
+
+
+@admin.register(Hardware)
+class HardwareAdmin(admin.ModelAdmin):
+    list_display = ("key", "name", "torch", "cuda")
+    search_fields = ("key", "name")
+
+
+@admin.register(Evaluation)
+class EvaluationAdmin(admin.ModelAdmin):
+    list_display = (
+        "id",
+        "kernel",
+        "track",
+        "hardware",
+        "status",
+        "correct",
+        "speedup_eager",
+        "speedup_compile",
+        "needs_review",
+        "created",
+        "finished",
+    )
+    list_filter = ("status", "track", "needs_review", "hardware")
+    list_select_related = ("kernel__task", "kernel__submitter", "hardware")
+    raw_id_fields = ("kernel",)
+    readonly_fields = ("created", "started", "finished", "attempts", "result")
+    search_fields = ("kernel__task__name", "kernel__submitter__name")

@@ -1,0 +1,218 @@
+"""Pydantic schemas of the arena API (in and out)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from ninja import Schema
+
+
+class TaskOut(Schema):
+    id: int
+    suite: str
+    level: int | None
+    name: str
+    source_hash: str
+    ops: list[Any]
+    description: str
+    data_source: str
+
+
+class TaskDetailOut(TaskOut):
+    source: str
+
+
+class KernelOut(Schema):
+    id: int
+    task_id: int
+    task: str
+    submitter: str
+    source_hash: str
+    origin: str
+    created: datetime
+
+    @staticmethod
+    def resolve_task(obj) -> str:
+        return obj.task.name
+
+    @staticmethod
+    def resolve_submitter(obj) -> str:
+        return obj.submitter.name
+
+
+class EvaluationOut(Schema):
+    id: int
+    kernel_id: int
+    task_id: int
+    submitter: str
+    track: str
+    device: str
+    hardware: str | None
+    status: str
+    correct: bool
+    findings: list[dict[str, Any]]
+    needs_review: bool
+    timings_ms: dict[str, Any]
+    speedup_eager: float | None
+    speedup_compile: float | None
+    reward: float | None
+    reward_config: dict[str, str]
+    rule_set: dict[str, str]
+    message: str
+    error: str
+    attempts: int
+    created: datetime
+    started: datetime | None
+    finished: datetime | None
+
+    @staticmethod
+    def resolve_task_id(obj) -> int:
+        return obj.kernel.task_id
+
+    @staticmethod
+    def resolve_submitter(obj) -> str:
+        return obj.kernel.submitter.name
+
+    @staticmethod
+    def resolve_hardware(obj) -> str | None:
+        return obj.hardware.key if obj.hardware_id else None
+
+    @staticmethod
+    def resolve_reward_config(obj) -> dict[str, str]:
+        return {"name": obj.reward_config_name, "version": obj.reward_config_version}
+
+    @staticmethod
+    def resolve_rule_set(obj) -> dict[str, str]:
+        return {"name": obj.rule_set_name, "version": obj.rule_set_version}
+
+
+class EvaluationDetailOut(EvaluationOut):
+    logs: str
+
+
+class KernelDetailOut(KernelOut):
+    source: str
+    evaluations: list[EvaluationOut]
+
+    @staticmethod
+    def resolve_evaluations(obj) -> list:
+        return list(obj.evaluations.all())
+
+
+class SubmitterOut(Schema):
+    id: int
+    name: str
+    kind: str
+    metadata: dict[str, Any]
+
+
+class HardwareOut(Schema):
+    key: str
+    name: str
+    torch: str
+    cuda: str
+
+
+class Page(Schema):
+    count: int
+    page: int
+    page_size: int
+
+
+class TaskPage(Page):
+    items: list[TaskOut]
+
+
+class KernelPage(Page):
+    items: list[KernelOut]
+
+
+class SubmitterPage(Page):
+    items: list[SubmitterOut]
+
+
+class EvaluationPage(Page):
+    items: list[EvaluationOut]
+
+
+class LeaderboardRowOut(Schema):
+    submitter: str
+    submitter_kind: str
+    track: str
+    suite: str | None
+    level: int | None
+    hardware: str
+    tasks_attempted: int
+    tasks_passed: int
+    pass_rate: float | None
+    fast_1_eager: float | None
+    fast_1_compile: float | None
+    geomean_speedup_eager: float | None
+    geomean_speedup_compile: float | None
+    geomean_speedup_eager_all: float | None
+    geomean_speedup_compile_all: float | None
+    hacks_flagged: int
+    needs_review: int
+
+
+class LeaderboardEntryOut(Schema):
+    submitter: str
+    task_id: int
+    task: str
+    suite: str
+    level: int | None
+    status: str
+    passed: bool
+    speedup_eager: float | None
+    speedup_compile: float | None
+    evaluation_id: int
+    kernel_id: int
+    evaluations: int
+    hacked: bool
+
+
+class LeaderboardOut(Schema):
+    track: str
+    suite: str | None
+    level: int | None
+    hardware: str | None
+    rows: list[LeaderboardRowOut]
+
+
+class KernelSubmitIn(Schema):
+    task_id: int | None = None
+    task: str | None = None  # a task name, with ``suite`` when names repeat across suites
+    suite: str | None = None
+    submitter: str
+    submitter_kind: Literal["model", "agent", "checkpoint", "human"] = "model"
+    source: str
+    track: Literal["strict", "open"] = "strict"
+
+
+class KernelSubmitOut(Schema):
+    kernel_id: int
+    evaluation_id: int
+    status: str
+    poll: str
+
+
+class ImportRowError(Schema):
+    line: int
+    reason: str
+
+
+class ImportReportOut(Schema):
+    created: int
+    updated: int
+    skipped: int
+    queued: int
+    errors: list[ImportRowError]
+
+
+class ImportKernelbenchIn(Schema):
+    path: str
+
+
+class ErrorOut(Schema):
+    detail: str

@@ -1,0 +1,246 @@
+"""Writes: tasks, submitters, kernels, evaluation requests and the evaluation job itself."""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from gpu_workers.schema import source_hash  # the evaluator's own content hash (sha256 of UTF-8)
+from webapp.core.jobs import job_enqueue
+
+from .doorbell import evaluation_ring
+from .models import Evaluation, Hardware, Kernel, Submitter, Task
+from .validation import kernel_source_errors, task_source_errors
+
+logger = logging.getLogger(__name__)
+
+
+class InvalidInput(ValueError):
+    """Input that cannot be stored; the message says why (shown to the user as is)."""
+
+
+def task_upsert(
+    *,
+    suite: str,
+    name: str,
+    source: str,
+    level: int | None = None,
+    ops: list[str] | None = None,
+    description: str = "",
+    data_source: str = "",
+) -> tuple[Task, bool]:
+    """Create or update the task (suite, name); the source is validated first. Returns (task, created)."""
+    errors = task_source_errors(source)
+    if errors:
+        raise InvalidInput("; ".join(errors))
+    if not name:
+        raise InvalidInput("a task needs a name")
+    task, created = Task.objects.update_or_create(
+        suite=suite,
+        name=name,
+        defaults={
+            "level": level,
+            "source": source,
+            "source_hash": source_hash(source),
+            "ops": list(ops or []),
+            "description": description,
+            "data_source": data_source,
+        },
+    )
+    return task, created
+
+
+def submitter_get_or_create(
+    *, name: str, kind: str = Submitter.Kind.MODEL, metadata: dict | None = None
+) -> Submitter:
+    name = name.strip()
+    if not name:
+        raise InvalidInput("a submitter needs a name")
+    if kind not in Submitter.Kind.values:
+        raise InvalidInput(f"submitter kind must be one of {', '.join(Submitter.Kind.values)}")
+    submitter, _ = Submitter.objects.get_or_create(
+        name=name, defaults={"kind": kind, "metadata": metadata or {}}
+    )
+    return submitter
+
+
+def kernel_create(
+    *,
+    task: Task,
+    submitter: Submitter,
+    source: str,
+    origin: str = Kernel.Origin.UPLOAD,
+    metadata: dict | None = None,
+) -> tuple[Kernel, bool]:
+    """Store a kernel once per (task, submitter, source hash). Returns (kernel, created)."""
+    errors = kernel_source_errors(source)
+    if errors:
+        raise InvalidInput("; ".join(errors))
+    return Kernel.objects.get_or_create(
+        task=task,
+        submitter=submitter,
+        source_hash=source_hash(source),
+        defaults={"source": source, "origin": origin, "metadata": metadata or {}},
+    )
+
+
+def evaluation_request(
+    *, kernel_id: int, track: str = "strict", device: str | None = None, force: bool = False
+) -> Evaluation:
+    """Queue an evaluation of a kernel on a track; the job starts after this transaction commits.
+
+    Idempotent: an evaluation of the same kernel, track and device that is queued, running or has
+    a verdict is returned instead of a new one, unless ``force`` (e.g. new hardware, new rules).
+    """
+    if track not in Evaluation.Track.values:
+        raise InvalidInput(f"track must be one of {', '.join(Evaluation.Track.values)}")
+    device = device or settings.EVAL_DEVICE
+    with transaction.atomic():
+        kernel = Kernel.objects.select_for_update().get(pk=kernel_id)
+        if not force:
+            existing = (
+                Evaluation.objects.filter(kernel=kernel, track=track, device=device)
+                .exclude(status=Evaluation.Status.ERROR)
+                .order_by("-id")
+                .first()
+            )
+            if existing is not None:
+                return existing
+        evaluation = Evaluation.objects.create(kernel=kernel, track=track, device=device)
+        from .tasks import evaluation_run_task
+
+        job_enqueue(evaluation_run_task, evaluation.pk)
+    return evaluation
+
+
+def kernel_submit(
+    *,
+    task: Task,
+    submitter_name: str,
+    source: str,
+    submitter_kind: str = Submitter.Kind.MODEL,
+    track: str = "strict",
+    origin: str = Kernel.Origin.API,
+    metadata: dict | None = None,
+) -> tuple[Kernel, Evaluation]:
+    """Store a kernel and queue its evaluation, all or nothing."""
+    with transaction.atomic():
+        submitter = submitter_get_or_create(name=submitter_name, kind=submitter_kind)
+        kernel, _ = kernel_create(
+            task=task, submitter=submitter, source=source, origin=origin, metadata=metadata
+        )
+        evaluation = evaluation_request(kernel_id=kernel.pk, track=track)
+    return kernel, evaluation
+
+
+def hardware_get_or_create(*, info: dict[str, Any]) -> Hardware | None:
+    key = str(info.get("key") or "")
+    if not key:
+        return None
+    hardware, _ = Hardware.objects.get_or_create(
+        key=key,
+        defaults={
+            "name": str(info.get("name") or key)[:255],
+            "torch": str(info.get("torch") or "")[:64],
+            "cuda": str(info.get("cuda") or "")[:64],
+        },
+    )
+    return hardware
+
+
+def evaluation_store_result(*, evaluation_id: int, result: Any) -> Evaluation:
+    """Write an EvalResult onto its row (the row is the truth users see)."""
+    data = result.to_dict()
+    hardware = hardware_get_or_create(info=data.get("hardware") or {})
+    speedup = data.get("speedup") or {}
+    logs = "\n".join(part for part in (data.get("compile_log") or "", data.get("run_log") or "") if part)
+    findings = data.get("findings") or []
+    with transaction.atomic():
+        evaluation = Evaluation.objects.select_for_update().get(pk=evaluation_id)
+        evaluation.hardware = hardware
+        evaluation.status = data["status"]
+        evaluation.correct = bool(data.get("correct"))
+        evaluation.findings = findings
+        evaluation.needs_review = any(f.get("severity") == "review" for f in findings)
+        evaluation.timings_ms = data.get("timings_ms") or {}
+        evaluation.speedup_eager = speedup.get("eager")
+        evaluation.speedup_compile = speedup.get("compile")
+        evaluation.reward = data.get("reward")
+        evaluation.reward_config_name = str((data.get("reward_config") or {}).get("name", ""))[:64]
+        evaluation.reward_config_version = str((data.get("reward_config") or {}).get("version", ""))[:64]
+        evaluation.rule_set_name = str((data.get("rule_set") or {}).get("name", ""))[:64]
+        evaluation.rule_set_version = str((data.get("rule_set") or {}).get("version", ""))[:64]
+        evaluation.message = data.get("message") or ""
+        evaluation.logs = logs[-200_000:]
+        evaluation.error = ""
+        evaluation.result = data
+        evaluation.finished = timezone.now()
+        evaluation.save()
+        evaluation_ring(evaluation_id=evaluation_id)
+    return evaluation
+
+
+def evaluation_mark_error(*, evaluation_id: int, error: str) -> None:
+    """The evaluator (not the kernel) failed: keep the reason on the row."""
+    Evaluation.objects.filter(pk=evaluation_id).update(
+        status=Evaluation.Status.ERROR, error=error[-20_000:], finished=timezone.now()
+    )
+    evaluation_ring(evaluation_id=evaluation_id)
+
+
+def evaluation_claim(*, evaluation_id: int) -> bool:
+    """queued/running -> running (a redelivered job re-runs a 'running' row). False if already done."""
+    claimed = Evaluation.objects.filter(
+        pk=evaluation_id, status__in=[Evaluation.Status.QUEUED, Evaluation.Status.RUNNING]
+    ).update(status=Evaluation.Status.RUNNING, started=timezone.now(), attempts=F("attempts") + 1)
+    if claimed:
+        evaluation_ring(evaluation_id=evaluation_id)
+    return claimed == 1
+
+
+def evaluation_run(*, evaluation_id: int) -> Evaluation | None:
+    """The job: claim the row, call gpu_workers.evaluate, store the verdict. Idempotent.
+
+    A kernel's verdict (compile error, wrong result, hack) is a normal result, never an exception.
+    Only failures of the evaluator itself end as status ``error``.
+    """
+    if not evaluation_claim(evaluation_id=evaluation_id):
+        return None
+    evaluation = Evaluation.objects.select_related("kernel__task").get(pk=evaluation_id)
+    try:
+        from gpu_workers import EvalRequest, evaluate
+
+        request = EvalRequest(
+            task_source=evaluation.kernel.task.source,
+            kernel_source=evaluation.kernel.source,
+            device=evaluation.device,
+            track=evaluation.track,
+            task_name=evaluation.kernel.task.name,
+            baselines=tuple(settings.EVAL_BASELINES),
+            trials=settings.EVAL_TRIALS,
+        )
+        result = evaluate(request)
+    except Exception as exc:
+        if _is_time_limit(exc):
+            evaluation_mark_error(
+                evaluation_id=evaluation_id, error="the evaluation ran past the worker's time limit"
+            )
+            raise
+        logger.exception("evaluator failed on evaluation %s", evaluation_id)
+        evaluation_mark_error(evaluation_id=evaluation_id, error=traceback.format_exc())
+        return Evaluation.objects.get(pk=evaluation_id)
+    return evaluation_store_result(evaluation_id=evaluation_id, result=result)
+
+
+def _is_time_limit(exc: BaseException) -> bool:
+    try:
+        from celery.exceptions import SoftTimeLimitExceeded
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(exc, SoftTimeLimitExceeded)

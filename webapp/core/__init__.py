@@ -1,0 +1,1 @@
+"""Project plumbing shared by the apps: job dispatch, middleware, static finders."""

@@ -1,0 +1,126 @@
+"""Agent rollouts: one row per rollout (the job row is the truth) and its trajectory events.
+
+An API key for the model endpoint is never stored here: it comes from the worker's environment
+(``KERNELARENA_LLM_API_KEY``) or travels with the job message only (see services.rollout_launch).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings as django_settings
+from django.db import models
+
+from webapp.arena.models import Evaluation, Kernel, Submitter, Task
+
+
+class RolloutBatch(models.Model):
+    """A suite launched at once: one Rollout per task, same endpoint, model and settings."""
+
+    suite = models.CharField(max_length=64)
+    level = models.PositiveSmallIntegerField(null=True, blank=True)
+    submitter = models.ForeignKey(Submitter, on_delete=models.CASCADE, related_name="rollout_batches")
+    base_url = models.CharField(max_length=500)
+    model = models.CharField(max_length=255)
+    settings = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        verbose_name_plural = "rollout batches"
+
+    def __str__(self) -> str:
+        return f"batch {self.pk} ({self.suite})"
+
+
+class Rollout(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        # the loop ran to a stop of its own (see stop_reason; ``passed``: it found a passing kernel)
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"  # the endpoint or the worker failed (see error)
+        CANCELLED = "cancelled"
+
+    FINISHED = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="rollouts")
+    submitter = models.ForeignKey(Submitter, on_delete=models.CASCADE, related_name="rollouts")
+    batch = models.ForeignKey(
+        RolloutBatch, on_delete=models.SET_NULL, null=True, blank=True, related_name="rollouts"
+    )
+    base_url = models.CharField(max_length=500)
+    model = models.CharField(max_length=255)
+    # {"config": RolloutConfig.to_dict(), "contrastive": bool}; never an API key
+    settings = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True)
+    stop_reason = models.CharField(max_length=32, blank=True)
+    turns = models.PositiveIntegerField(default=0)
+    evaluations = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    passed = models.BooleanField(default=False)
+    best_speedup = models.FloatField(null=True, blank=True)
+    best_reward = models.FloatField(null=True, blank=True)
+    best_kernel = models.ForeignKey(
+        Kernel, on_delete=models.SET_NULL, null=True, blank=True, related_name="rollouts"
+    )
+    best_evaluation = models.ForeignKey(
+        Evaluation, on_delete=models.SET_NULL, null=True, blank=True, related_name="rollouts"
+    )
+    summary = models.JSONField(default=dict, blank=True)  # RolloutSummary.to_dict() without the kernel
+    error = models.TextField(blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    attempts = models.PositiveIntegerField(default=0)
+    created_by = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    started = models.DateTimeField(null=True, blank=True)
+    heartbeat = models.DateTimeField(null=True, blank=True)  # last event stored by the running job
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+
+    def __str__(self) -> str:
+        return f"rollout {self.pk} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in self.FINISHED
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def config(self) -> dict:
+        return dict(self.settings.get("config") or {})
+
+
+class RolloutEvent(models.Model):
+    """One agent.events.TrajectoryEvent, stored before anyone is told about it."""
+
+    rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    kind = models.CharField(max_length=16)
+    role = models.CharField(max_length=16, blank=True)
+    turn = models.PositiveIntegerField(default=0)
+    content = models.TextField(blank=True)
+    tool_call = models.JSONField(null=True, blank=True)
+    evaluation = models.JSONField(null=True, blank=True)  # EvalResult.to_dict()
+    reward = models.FloatField(null=True, blank=True)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    elapsed_s = models.FloatField(default=0.0)
+    data = models.JSONField(default=dict, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["rollout", "seq"]
+        constraints = [models.UniqueConstraint(fields=["rollout", "seq"], name="rollout_event_unique_seq")]
+
+    def __str__(self) -> str:
+        return f"rollout {self.rollout_id} #{self.seq} {self.kind}"

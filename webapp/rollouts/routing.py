@@ -1,0 +1,7 @@
+from django.urls import path
+
+from .consumers import RolloutConsumer
+
+websocket_urlpatterns = [
+    path("ws/rollouts/<int:rollout_id>/", RolloutConsumer.as_asgi()),
+]

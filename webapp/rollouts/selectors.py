@@ -1,0 +1,165 @@
+"""Reads: rollouts, their events after a seq, candidate kernels, contrastive variants."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Max, QuerySet
+
+from webapp.arena.models import Evaluation
+
+from .models import Rollout, RolloutBatch, RolloutEvent
+
+PAGE_SIZE_MAX = 100
+
+
+def rollout_list(
+    *,
+    status: str | None = None,
+    task_id: int | None = None,
+    submitter: str | None = None,
+    batch_id: int | None = None,
+) -> QuerySet[Rollout]:
+    qs = Rollout.objects.select_related("task", "submitter", "best_kernel")
+    if status:
+        qs = qs.filter(status=status)
+    if task_id is not None:
+        qs = qs.filter(task_id=task_id)
+    if submitter:
+        qs = qs.filter(submitter__name=submitter)
+    if batch_id is not None:
+        qs = qs.filter(batch_id=batch_id)
+    return qs.order_by("-created", "-id")
+
+
+def rollout_get(*, rollout_id: int) -> Rollout:
+    return Rollout.objects.select_related("task", "submitter", "best_kernel", "best_evaluation", "batch").get(
+        pk=rollout_id
+    )
+
+
+def batch_get(*, batch_id: int) -> RolloutBatch:
+    return RolloutBatch.objects.select_related("submitter").get(pk=batch_id)
+
+
+def rollout_events_after(*, rollout_id: int, after_seq: int = -1, limit: int = 100) -> list[RolloutEvent]:
+    """Events with seq > after_seq, in seq order, at most ``limit``."""
+    return list(
+        RolloutEvent.objects.filter(rollout_id=rollout_id, seq__gt=after_seq).order_by("seq")[: max(1, limit)]
+    )
+
+
+def rollout_last_seq(*, rollout_id: int) -> int:
+    """The highest stored seq, -1 when there is none."""
+    value = RolloutEvent.objects.filter(rollout_id=rollout_id).aggregate(m=Max("seq"))["m"]
+    return -1 if value is None else int(value)
+
+
+def rollout_cancel_requested(*, rollout_id: int) -> bool:
+    return Rollout.objects.filter(pk=rollout_id, cancel_requested=True).exists()
+
+
+def rollout_state(*, rollout_id: int) -> dict[str, Any] | None:
+    row = (
+        Rollout.objects.filter(pk=rollout_id)
+        .values(
+            "id",
+            "status",
+            "stop_reason",
+            "turns",
+            "prompt_tokens",
+            "completion_tokens",
+            "passed",
+            "best_speedup",
+            "best_kernel_id",
+            "error",
+        )
+        .first()
+    )
+    if row is None:
+        return None
+    row["finished"] = row["status"] in Rollout.FINISHED
+    return row
+
+
+def rollout_event_payload(event: RolloutEvent) -> dict[str, Any]:
+    """What clients (websocket and API) get for one event."""
+    return {
+        "seq": event.seq,
+        "kind": event.kind,
+        "role": event.role,
+        "turn": event.turn,
+        "content": event.content,
+        "tool_call": event.tool_call,
+        "evaluation": event.evaluation,
+        "reward": event.reward,
+        "prompt_tokens": event.prompt_tokens,
+        "completion_tokens": event.completion_tokens,
+        "elapsed_s": event.elapsed_s,
+        "data": event.data,
+        "created": event.created.isoformat() if event.created else None,
+    }
+
+
+def rollout_candidates(*, rollout_id: int) -> list[dict[str, Any]]:
+    """The kernels the agent had evaluated, in order: turn, tool, status, speedup, reward."""
+    rows = (
+        RolloutEvent.objects.filter(rollout_id=rollout_id, kind="evaluation")
+        .order_by("seq")
+        .values_list("seq", "turn", "evaluation", "reward", "data")
+    )
+    out = []
+    for seq, turn, evaluation, reward, data in rows:
+        evaluation = evaluation or {}
+        data = data or {}
+        out.append(
+            {
+                "seq": seq,
+                "turn": turn,
+                "tool": data.get("tool", ""),
+                "status": evaluation.get("status", ""),
+                "correct": bool(evaluation.get("correct")),
+                "speedup_eager": (evaluation.get("speedup") or {}).get("eager"),
+                "reward": reward,
+                "kernel_hash": data.get("kernel_hash", ""),
+                "accepted": bool(data.get("accepted")),
+            }
+        )
+    return out
+
+
+def contrastive_variants(*, task_id: int, track: str, limit: int = 32) -> list:
+    """Earlier kernels of a task with their verdicts (newest first, one per kernel), as agent Variants."""
+    from agent import Variant
+
+    rows = (
+        Evaluation.objects.filter(kernel__task_id=task_id, track=track)
+        .exclude(status__in=[Evaluation.Status.QUEUED, Evaluation.Status.RUNNING, Evaluation.Status.ERROR])
+        .order_by("-id")
+        .values_list("kernel_id", "kernel__source", "status", "correct", "speedup_eager")[: limit * 4]
+    )
+    seen: set[int] = set()
+    variants = []
+    for kernel_id, source, status, correct, speedup in rows:
+        if kernel_id in seen:
+            continue
+        seen.add(kernel_id)
+        passed = status == Evaluation.Status.PASSED and correct
+        variants.append(Variant(source=source, speedup=speedup if passed else None, status=status))
+        if len(variants) >= limit:
+            break
+    return variants
+
+
+def page_slice(qs: QuerySet, *, page: int, page_size: int) -> tuple[int, int, int, list]:
+    page_size = max(1, min(page_size, PAGE_SIZE_MAX))
+    page = max(1, page)
+    count = qs.count()
+    start = (page - 1) * page_size
+    return count, page, page_size, list(qs[start : start + page_size])
+
+
+def task_exists(*, task_id: int) -> bool:
+    from webapp.arena.models import Task
+
+    return Task.objects.filter(pk=task_id).exists()

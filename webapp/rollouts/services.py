@@ -1,0 +1,489 @@
+"""Writes: launching rollouts (one task or a whole suite), the rollout job, its events, cancelling.
+
+The job row is the truth: ``rollout_run`` writes status, timestamps, error and the summary. Events
+are stored one by one (each in its own transaction) and only then is the channel layer rung.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlparse
+
+from django.conf import settings as django_settings
+from django.db import InterfaceError, OperationalError, transaction
+from django.db.models import F, Q
+from django.db.models.functions import Greatest
+from django.utils import timezone
+
+from webapp.arena.models import Evaluation, Kernel, Submitter, Task
+from webapp.arena.services import (
+    InvalidInput,
+    evaluation_store_result,
+    kernel_create,
+    submitter_get_or_create,
+)
+from webapp.core.jobs import job_enqueue
+
+from . import conf, selectors
+from .doorbell import rollout_ring
+from .models import Rollout, RolloutBatch, RolloutEvent
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "InvalidInput",
+    "RolloutEventSink",
+    "rollout_cancel",
+    "rollout_claim",
+    "rollout_config_build",
+    "rollout_event_store",
+    "rollout_finish",
+    "rollout_launch",
+    "rollout_launch_suite",
+    "rollout_mark_failed",
+    "rollout_run",
+]
+
+# RolloutConfig fields a user may set (the rest are ours: task name, evaluator overrides, token ids).
+USER_SETTINGS = frozenset(
+    {
+        "max_turns",
+        "max_total_tokens",
+        "max_wall_s",
+        "context_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "device",
+        "track",
+        "baselines",
+        "trials",
+        "use_tools",
+        "target_speedup",
+        "max_consecutive_invalid",
+        "keep_recent_turns",
+        "contrastive_k",
+        "seed",
+    }
+)
+DEVICES = ("cpu", "cuda")
+SUITE_MAX_TASKS = 1000
+
+
+def _base_url_check(base_url: str) -> str:
+    base_url = (base_url or "").strip()
+    parsed = urlparse(base_url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or any(c.isspace() for c in base_url):
+        raise InvalidInput(
+            f"base_url must be an http:// or https:// URL of an OpenAI-compatible API "
+            f"(e.g. http://host:8000/v1), got {base_url!r}"
+        )
+    return base_url
+
+
+def rollout_config_build(*, task: Task, settings: dict[str, Any] | None) -> dict[str, Any]:
+    """Validate the user's settings and return what the row stores: ``{"config": RolloutConfig.to_dict(),
+    "contrastive": bool, "contrastive_variants": n}``. Contrastive mode samples earlier kernels of the
+    task, with their measured speedups, from the database (CUDA-L1)."""
+    from agent import RolloutConfig
+
+    given = dict(settings or {})
+    contrastive = bool(given.pop("contrastive", False))
+    unknown = sorted(set(given) - USER_SETTINGS)
+    if unknown:
+        raise InvalidInput(f"unknown settings {unknown}; allowed: {sorted(USER_SETTINGS | {'contrastive'})}")
+    track = given.get("track", Evaluation.Track.STRICT)
+    if track not in Evaluation.Track.values:
+        raise InvalidInput(f"track must be one of {', '.join(Evaluation.Track.values)}")
+    device = given.get("device", django_settings.EVAL_DEVICE)
+    if device not in DEVICES:
+        raise InvalidInput(f"device must be one of {', '.join(DEVICES)}")
+    max_turns = given.get("max_turns", 200)
+    if (
+        not isinstance(max_turns, int)
+        or isinstance(max_turns, bool)
+        or not 1 <= max_turns <= conf.MAX_TURNS_LIMIT
+    ):
+        raise InvalidInput(f"max_turns must be an integer from 1 to {conf.MAX_TURNS_LIMIT}")
+    trials = given.get("trials", django_settings.EVAL_TRIALS)
+    if not isinstance(trials, int) or isinstance(trials, bool) or not 1 <= trials <= 50:
+        raise InvalidInput("trials must be an integer from 1 to 50")
+    values: dict[str, Any] = {
+        "baselines": tuple(django_settings.EVAL_BASELINES),
+        "trials": django_settings.EVAL_TRIALS,
+        **given,
+        "track": track,
+        "device": device,
+        "max_turns": max_turns,
+        "task_name": task.name,
+    }
+    variants = []
+    if contrastive:
+        variants = selectors.contrastive_variants(task_id=task.pk, track=track)
+        values["contrastive_variants"] = variants
+    try:
+        config = RolloutConfig.for_evaluation(**values)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"invalid settings: {exc}") from exc
+    return {"config": config.to_dict(), "contrastive": contrastive, "contrastive_variants": len(variants)}
+
+
+def _enqueue(rollout_id: int, api_key: str | None) -> None:
+    from .tasks import rollout_run_task
+
+    # The key (if any) travels with the job message to the worker; it is never written to the DB.
+    job_enqueue(rollout_run_task, rollout_id, *([api_key] if api_key else []))
+
+
+def _rollout_create(
+    *,
+    task: Task,
+    submitter: Submitter,
+    base_url: str,
+    model: str,
+    settings: dict[str, Any] | None,
+    created_by: Any = None,
+    batch: RolloutBatch | None = None,
+    api_key: str | None = None,
+) -> Rollout:
+    rollout = Rollout.objects.create(
+        task=task,
+        submitter=submitter,
+        batch=batch,
+        base_url=base_url,
+        model=model,
+        settings=rollout_config_build(task=task, settings=settings),
+        created_by=created_by if getattr(created_by, "is_authenticated", False) else None,
+    )
+    _enqueue(rollout.pk, api_key)
+    return rollout
+
+
+def _launch_common(*, submitter_name: str, submitter_kind: str, base_url: str, model: str) -> tuple:
+    base_url = _base_url_check(base_url)
+    model = (model or "").strip()
+    if not model:
+        raise InvalidInput("model must name the model to ask (e.g. Qwen/Qwen3-8B)")
+    submitter = submitter_get_or_create(name=submitter_name or "", kind=submitter_kind)
+    return submitter, base_url, model
+
+
+def rollout_launch(
+    *,
+    task_id: int,
+    submitter_name: str,
+    base_url: str,
+    model: str,
+    settings: dict[str, Any] | None = None,
+    submitter_kind: str = Submitter.Kind.AGENT,
+    created_by: Any = None,
+    api_key: str | None = None,
+) -> Rollout:
+    """Create a queued rollout of one task and run it after commit (queue ``agent``; in the embedded
+    mode, on the background worker). ``api_key`` goes to the worker only; without it the worker uses
+    ``KERNELARENA_LLM_API_KEY`` / ``OPENAI_API_KEY`` from its environment."""
+    task = Task.objects.filter(pk=task_id).first()
+    if task is None:
+        raise InvalidInput(f"no task {task_id}")
+    with transaction.atomic():
+        submitter, base_url, model = _launch_common(
+            submitter_name=submitter_name, submitter_kind=submitter_kind, base_url=base_url, model=model
+        )
+        return _rollout_create(
+            task=task,
+            submitter=submitter,
+            base_url=base_url,
+            model=model,
+            settings=settings,
+            created_by=created_by,
+            api_key=api_key,
+        )
+
+
+def rollout_launch_suite(
+    *,
+    suite: str,
+    submitter_name: str,
+    base_url: str,
+    model: str,
+    settings: dict[str, Any] | None = None,
+    level: int | None = None,
+    submitter_kind: str = Submitter.Kind.AGENT,
+    created_by: Any = None,
+    api_key: str | None = None,
+) -> RolloutBatch:
+    """One rollout per task of a suite (optionally one level), all or nothing."""
+    tasks = Task.objects.filter(suite=suite)
+    if level is not None:
+        tasks = tasks.filter(level=level)
+    tasks = list(tasks.order_by("level", "name", "id")[: SUITE_MAX_TASKS + 1])
+    if not tasks:
+        raise InvalidInput(
+            f"no tasks in suite {suite!r}" + (f" at level {level}" if level is not None else "")
+        )
+    if len(tasks) > SUITE_MAX_TASKS:
+        raise InvalidInput(
+            f"suite {suite!r} has more than {SUITE_MAX_TASKS} tasks; launch one level at a time"
+        )
+    with transaction.atomic():
+        submitter, base_url, model = _launch_common(
+            submitter_name=submitter_name, submitter_kind=submitter_kind, base_url=base_url, model=model
+        )
+        batch = RolloutBatch.objects.create(
+            suite=suite,
+            level=level,
+            submitter=submitter,
+            base_url=base_url,
+            model=model,
+            settings=dict(settings or {}),
+            created_by=created_by if getattr(created_by, "is_authenticated", False) else None,
+        )
+        for task in tasks:
+            _rollout_create(
+                task=task,
+                submitter=submitter,
+                base_url=base_url,
+                model=model,
+                settings=settings,
+                created_by=created_by,
+                batch=batch,
+                api_key=api_key,
+            )
+    return batch
+
+
+def rollout_cancel(*, rollout_id: int) -> Rollout:
+    """Ask a rollout to stop. A queued one is cancelled at once; a running one stops before its next
+    turn or evaluation (the job writes the final state). A finished one is left as it is."""
+    with transaction.atomic():
+        rollout = Rollout.objects.select_for_update().get(pk=rollout_id)
+        if rollout.is_finished:
+            return rollout
+        rollout.cancel_requested = True
+        fields = ["cancel_requested"]
+        if rollout.status == Rollout.Status.QUEUED:
+            rollout.status = Rollout.Status.CANCELLED
+            rollout.stop_reason = "cancelled"
+            rollout.finished = timezone.now()
+            fields += ["status", "stop_reason", "finished"]
+        rollout.save(update_fields=fields)
+        rollout_ring(rollout_id=rollout_id)
+    return rollout
+
+
+# --- the job ---------------------------------------------------------------------------------------
+
+
+def rollout_claim(*, rollout_id: int) -> bool:
+    """queued -> running; also a 'running' row whose worker went silent (died) for conf.stale_after_s.
+    False when there is nothing to run (finished, cancelled, or alive elsewhere)."""
+    now = timezone.now()
+    stale = now - timedelta(seconds=conf.stale_after_s())
+    claimed = (
+        Rollout.objects.filter(pk=rollout_id, cancel_requested=False)
+        .filter(
+            Q(status=Rollout.Status.QUEUED)
+            | Q(status=Rollout.Status.RUNNING, heartbeat__lt=stale)
+            | Q(status=Rollout.Status.RUNNING, heartbeat__isnull=True)
+        )
+        .update(status=Rollout.Status.RUNNING, started=now, heartbeat=now, attempts=F("attempts") + 1)
+    )
+    if claimed:
+        rollout_ring(rollout_id=rollout_id)
+    return claimed == 1
+
+
+def rollout_event_store(*, rollout_id: int, event: Any) -> RolloutEvent:
+    """Store one TrajectoryEvent (idempotent on (rollout, seq)), then ring with its seq."""
+    with transaction.atomic():
+        row, created = RolloutEvent.objects.get_or_create(
+            rollout_id=rollout_id,
+            seq=event.seq,
+            defaults={
+                "kind": event.kind,
+                "role": event.role or "",
+                "turn": event.turn or 0,
+                "content": event.content or "",
+                "tool_call": event.tool_call,
+                "evaluation": event.evaluation,
+                "reward": event.reward,
+                "prompt_tokens": event.prompt_tokens or 0,
+                "completion_tokens": event.completion_tokens or 0,
+                "elapsed_s": event.elapsed_s or 0.0,
+                "data": event.data or {},
+            },
+        )
+        if created:
+            counts: dict[str, Any] = {
+                "heartbeat": timezone.now(),
+                "turns": Greatest(F("turns"), event.turn or 0),
+            }
+            if event.kind == "assistant":
+                counts["prompt_tokens"] = F("prompt_tokens") + (event.prompt_tokens or 0)
+                counts["completion_tokens"] = F("completion_tokens") + (event.completion_tokens or 0)
+            if event.kind == "evaluation":
+                counts["evaluations"] = F("evaluations") + 1
+            Rollout.objects.filter(pk=rollout_id).update(**counts)
+        rollout_ring(rollout_id=rollout_id, seq=event.seq)
+    return row
+
+
+class RolloutEventSink:
+    """agent.EventSink for the web app: ``emit`` returns once the row is committed."""
+
+    def __init__(self, rollout_id: int) -> None:
+        self.rollout_id = rollout_id
+
+    def emit(self, event: Any) -> None:
+        rollout_event_store(rollout_id=self.rollout_id, event=event)
+
+
+def rollout_mark_failed(*, rollout_id: int, error: str) -> None:
+    """The worker or the endpoint failed: an ``error`` event for the stream, then the row."""
+    from agent import TrajectoryEvent
+
+    error = error[-20_000:]
+    last = selectors.rollout_last_seq(rollout_id=rollout_id)
+    rollout_event_store(
+        rollout_id=rollout_id,
+        event=TrajectoryEvent(
+            rollout_id=str(rollout_id), seq=last + 1, kind="error", role="system", content=error
+        ),
+    )
+    with transaction.atomic():
+        Rollout.objects.filter(pk=rollout_id, status=Rollout.Status.RUNNING).update(
+            status=Rollout.Status.FAILED, error=error, finished=timezone.now()
+        )
+        rollout_ring(rollout_id=rollout_id)
+
+
+def _requeue(rollout_id: int) -> None:
+    """Best effort before an infrastructure retry: let the retried job claim the row again."""
+    try:
+        Rollout.objects.filter(pk=rollout_id, status=Rollout.Status.RUNNING).update(
+            status=Rollout.Status.QUEUED
+        )
+    except Exception:
+        logger.warning("could not requeue rollout %s", rollout_id, exc_info=True)
+
+
+def _best_kernel_store(*, rollout: Rollout, summary: Any) -> tuple[Kernel | None, Evaluation | None, str]:
+    """The best passing kernel under the rollout's submitter, with the evaluation the agent measured,
+    so it enters the leaderboard (track and device of the rollout)."""
+    from gpu_workers import EvalResult
+
+    config = rollout.config
+    try:
+        kernel, _ = kernel_create(
+            task=rollout.task,
+            submitter=rollout.submitter,
+            source=summary.best_kernel,
+            origin=Kernel.Origin.ROLLOUT,
+            metadata={"rollout_id": rollout.pk, "turn": summary.best_turn, "model": rollout.model},
+        )
+    except InvalidInput as exc:
+        return None, None, f"the best kernel could not be stored: {exc}"
+    evaluation = Evaluation.objects.create(
+        kernel=kernel,
+        track=config.get("track", Evaluation.Track.STRICT),
+        device=config.get("device", django_settings.EVAL_DEVICE),
+        status=Evaluation.Status.RUNNING,
+        started=timezone.now(),
+        attempts=1,
+    )
+    evaluation = evaluation_store_result(
+        evaluation_id=evaluation.pk, result=EvalResult.from_dict(summary.best_evaluation)
+    )
+    return kernel, evaluation, ""
+
+
+def rollout_finish(*, rollout_id: int, summary: Any) -> Rollout:
+    """Write a RolloutSummary onto its row; a passing best kernel goes to the leaderboard. Once only."""
+    if summary.stop_reason == "cancelled":
+        status = Rollout.Status.CANCELLED
+    elif summary.stop_reason == "llm_error":
+        status = Rollout.Status.FAILED
+    else:
+        status = Rollout.Status.SUCCEEDED
+    with transaction.atomic():
+        rollout = Rollout.objects.select_for_update().select_related("task", "submitter").get(pk=rollout_id)
+        if rollout.status != Rollout.Status.RUNNING:
+            return rollout
+        note = ""
+        if summary.passed and summary.best_kernel and summary.best_evaluation:
+            rollout.best_kernel, rollout.best_evaluation, note = _best_kernel_store(
+                rollout=rollout, summary=summary
+            )
+        data = summary.to_dict()
+        data.pop("best_kernel", None)  # stored as a Kernel (and in the summary event)
+        rollout.summary = data
+        rollout.status = status
+        rollout.stop_reason = summary.stop_reason
+        rollout.turns = summary.turns
+        rollout.evaluations = summary.evaluations
+        rollout.prompt_tokens = summary.prompt_tokens
+        rollout.completion_tokens = summary.completion_tokens
+        rollout.passed = bool(summary.passed)
+        rollout.best_speedup = summary.best_speedup
+        rollout.best_reward = summary.best_reward
+        rollout.error = "\n".join(part for part in (summary.error, note) if part)
+        rollout.finished = timezone.now()
+        rollout.save()
+        rollout_ring(rollout_id=rollout_id)
+    return rollout
+
+
+def rollout_run(*, rollout_id: int, api_key: str | None = None) -> Rollout | None:
+    """The job: claim the row, run agent.run_rollout with the database sink, store the outcome.
+
+    Idempotent (a second delivery finds the row claimed or finished and does nothing). Database
+    errors propagate so the task retries them; anything else ends the rollout as ``failed``.
+    """
+    if not rollout_claim(rollout_id=rollout_id):
+        return None
+    rollout = Rollout.objects.select_related("task").get(pk=rollout_id)
+    start_seq = selectors.rollout_last_seq(rollout_id=rollout_id) + 1  # a re-claimed row continues
+    try:
+        from agent import OpenAIChatClient, RolloutConfig, run_rollout
+
+        config = RolloutConfig.from_dict(rollout.config)
+        client = OpenAIChatClient(
+            rollout.base_url,
+            rollout.model,
+            api_key=api_key or getattr(django_settings, "KERNELARENA_LLM_API_KEY", None) or None,
+            timeout_s=conf.llm_timeout_s(),
+            max_retries=conf.llm_max_retries(),
+        )
+        try:
+            summary = run_rollout(
+                rollout.task.source,
+                client,
+                config=config,
+                sink=RolloutEventSink(rollout_id),
+                cancel=lambda: selectors.rollout_cancel_requested(rollout_id=rollout_id),
+                rollout_id=str(rollout_id),
+                start_seq=start_seq,
+            )
+        finally:
+            client.close()
+    except (OperationalError, InterfaceError):
+        _requeue(rollout_id)
+        raise
+    except Exception as exc:
+        if _is_time_limit(exc):
+            rollout_mark_failed(rollout_id=rollout_id, error="the rollout ran past the worker's time limit")
+            raise
+        logger.exception("rollout %s failed", rollout_id)
+        rollout_mark_failed(rollout_id=rollout_id, error=traceback.format_exc())
+        return Rollout.objects.get(pk=rollout_id)
+    return rollout_finish(rollout_id=rollout_id, summary=summary)
+
+
+def _is_time_limit(exc: BaseException) -> bool:
+    try:
+        from celery.exceptions import SoftTimeLimitExceeded
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(exc, SoftTimeLimitExceeded)

@@ -1,0 +1,104 @@
+"""Rollout pages: the launch form, the list, and the live page. Views parse, call one service or
+selector, and render; everything the model wrote is escaped (templates autoescape; the page's
+JavaScript only ever sets textContent)."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from . import selectors, services
+from .forms import RolloutLaunchForm
+from .models import Rollout
+
+
+def _int_or_none(value: str | None) -> int | None:
+    try:
+        return int(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+@login_required
+def launch(request: HttpRequest) -> HttpResponse:
+    form = RolloutLaunchForm(request.POST or None, initial={"task": _int_or_none(request.GET.get("task"))})
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        common = dict(
+            submitter_name=data["submitter"],
+            base_url=data["base_url"],
+            model=data["model"],
+            settings=form.launch_settings(),
+            created_by=request.user,
+        )
+        try:
+            if data.get("task"):
+                rollout = services.rollout_launch(task_id=data["task"].pk, **common)
+                return redirect("rollouts:detail", rollout_id=rollout.pk)
+            batch = services.rollout_launch_suite(suite=data["suite"], **common)
+            messages.success(request, f"Launched {batch.rollouts.count()} rollouts on suite {batch.suite}.")
+            return redirect(f"{_list_url()}?batch={batch.pk}")
+        except services.InvalidInput as exc:
+            form.add_error(None, str(exc))
+    return render(request, "rollouts/launch.html", {"form": form}, status=400 if form.errors else 200)
+
+
+def _list_url() -> str:
+    from django.urls import reverse
+
+    return reverse("rollouts:list")
+
+
+def rollout_list(request: HttpRequest) -> HttpResponse:
+    status = request.GET.get("status") or None
+    batch_id = _int_or_none(request.GET.get("batch"))
+    count, page, page_size, rollouts = selectors.page_slice(
+        selectors.rollout_list(
+            status=status, batch_id=batch_id, submitter=request.GET.get("submitter") or None
+        ),
+        page=_int_or_none(request.GET.get("page")) or 1,
+        page_size=100,
+    )
+    return render(
+        request,
+        "rollouts/list.html",
+        {
+            "rollouts": rollouts,
+            "count": count,
+            "page": page,
+            "has_next": page * page_size < count,
+            "status": status,
+            "batch_id": batch_id,
+            "statuses": Rollout.Status.values,
+        },
+    )
+
+
+def rollout_detail(request: HttpRequest, rollout_id: int) -> HttpResponse:
+    try:
+        rollout = selectors.rollout_get(rollout_id=rollout_id)
+    except Rollout.DoesNotExist as exc:
+        raise Http404("no such rollout") from exc
+    return render(
+        request,
+        "rollouts/detail.html",
+        {
+            "rollout": rollout,
+            "config": rollout.config,
+            "candidates": selectors.rollout_candidates(rollout_id=rollout.pk),
+        },
+    )
+
+
+@require_POST
+@login_required
+def cancel(request: HttpRequest, rollout_id: int) -> HttpResponse:
+    try:
+        services.rollout_cancel(rollout_id=rollout_id)
+    except Rollout.DoesNotExist as exc:
+        raise Http404("no such rollout") from exc
+    messages.info(request, "Cancellation requested; the rollout stops before its next turn.")
+    return redirect("rollouts:detail", rollout_id=rollout_id)

@@ -1,0 +1,1 @@
+"""Settings: ``base`` plus small per-integration modules; ``local`` (default) and ``test`` on top."""

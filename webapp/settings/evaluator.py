@@ -1,0 +1,15 @@
+"""How the web app calls gpu_workers: device, baselines and the time limits of one evaluation."""
+
+from __future__ import annotations
+
+import os
+
+EVAL_DEVICE = os.environ.get("EVAL_DEVICE", "cpu")
+EVAL_BASELINES = tuple(b for b in os.environ.get("EVAL_BASELINES", "eager,compile").split(",") if b)
+EVAL_TRIALS = int(os.environ.get("EVAL_TRIALS", "3"))
+# Celery time limits of one evaluation task (a C++ build alone can take a minute on a laptop).
+EVAL_SOFT_TIME_LIMIT_S = int(os.environ.get("EVAL_SOFT_TIME_LIMIT_S", "1800"))
+EVAL_TIME_LIMIT_S = int(os.environ.get("EVAL_TIME_LIMIT_S", "1900"))
+# Size caps of what the API accepts.
+KERNEL_SOURCE_MAX_BYTES = 256 * 1024
+IMPORT_FILE_MAX_BYTES = 64 * 1024 * 1024

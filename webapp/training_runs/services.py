@@ -1,0 +1,471 @@
+"""Writes: launching a training run, the job that runs it, its events (metrics, samples,
+checkpoints), cancelling.
+
+The job row is the truth: ``training_run_execute`` writes status, timestamps and error. Every event
+is stored in its own transaction (metrics rows have seq = step) and only then is the channel layer
+group ``training_<id>`` rung. The training itself is ``training.runner.run_training`` (no Django).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import re
+import traceback
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from django.db import InterfaceError, OperationalError, transaction
+from django.db.models import F
+from django.db.models.functions import Greatest
+from django.utils import timezone
+
+from webapp.arena.models import Submitter
+from webapp.arena.services import InvalidInput, submitter_get_or_create
+from webapp.core.events import ring
+from webapp.core.jobs import job_enqueue
+
+from . import conf, selectors
+from .models import TrainingCheckpoint, TrainingMetric, TrainingRun, TrainingSample
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "InvalidInput",
+    "TrainingRunSink",
+    "training_checkpoint_store",
+    "training_config_build",
+    "training_group",
+    "training_metrics_store",
+    "training_run_cancel",
+    "training_run_claim",
+    "training_run_execute",
+    "training_run_finish",
+    "training_run_launch",
+    "training_run_mark_failed",
+    "training_run_poll",
+    "training_run_started",
+    "training_samples_store",
+]
+
+SOURCE_KINDS = ("suite", "jsonl", "synthetic")
+TINY_KINDS = ("tiny_llama", "tiny_gpt2")
+
+
+def training_group(run_id: int) -> str:
+    return f"training_{run_id}"
+
+
+def _ring(run_id: int, seq: int | None = None) -> None:
+    ring(group=training_group(run_id), seq=seq)
+
+
+# --- building a config ---------------------------------------------------------------------------
+
+
+def _deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Dicts merge key by key; anything else (lists included, e.g. ``stages``) is replaced."""
+    out = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _model_from_label(label: str) -> dict[str, Any]:
+    """``tiny:<kind>[,key=value…]`` (a model built from a config) or a path / hub name (pretrained)."""
+    if label.startswith("tiny:"):
+        kind, *pairs = [p.strip() for p in label[len("tiny:") :].split(",")]
+        if kind not in TINY_KINDS:
+            raise InvalidInput(f"base model 'tiny:<kind>': kind must be one of {', '.join(TINY_KINDS)}")
+        model: dict[str, Any] = {"kind": kind, "name_or_path": ""}
+        for pair in pairs:
+            key, sep, value = pair.partition("=")
+            if not sep:
+                raise InvalidInput(f"base model: expected key=value after the kind, got {pair!r}")
+            model[key.strip()] = int(value) if value.strip().isdigit() else value.strip()
+        return model
+    return {"kind": "pretrained", "name_or_path": label}
+
+
+def _model_label(model: dict[str, Any]) -> str:
+    if model.get("kind") == "pretrained":
+        return str(model.get("name_or_path", ""))
+    sizes = ",".join(
+        f"{k}={model[k]}" for k in ("hidden_size", "num_layers", "num_heads", "max_positions") if k in model
+    )
+    return f"tiny:{model.get('kind')}" + (f",{sizes}" if sizes else "")
+
+
+def _sources_from_task_set(task_set: str) -> list[dict[str, Any]]:
+    """``synthetic:N``, ``suite``, ``suite:name1,name2`` or ``jsonl:PATH``."""
+    kind, _, rest = task_set.partition(":")
+    kind, rest = kind.strip(), rest.strip()
+    if kind == "synthetic":
+        try:
+            return [{"kind": "synthetic", "n": int(rest or 4)}]
+        except ValueError as exc:
+            raise InvalidInput("task set 'synthetic:N' needs a number of tasks") from exc
+    if kind == "suite":
+        names = [n.strip() for n in rest.split(",") if n.strip()]
+        return [{"kind": "suite", **({"names": names} if names else {})}]
+    if kind == "jsonl" and rest:
+        return [{"kind": "jsonl", "path": rest}]
+    raise InvalidInput("task set must be 'synthetic:N', 'suite', 'suite:name1,name2' or 'jsonl:PATH'")
+
+
+def _task_set_label(sources: list[dict[str, Any]]) -> str:
+    parts = []
+    for src in sources:
+        kind = src.get("kind")
+        if kind == "synthetic":
+            parts.append(f"synthetic:{src.get('n', 4)}")
+        elif kind == "suite":
+            parts.append("suite" + (":" + ",".join(src["names"]) if src.get("names") else ""))
+        else:
+            parts.append(f"{kind}:{src.get('path', '')}")
+    return " + ".join(parts)
+
+
+def training_config_build(
+    *,
+    config: dict[str, Any],
+    base_model: str = "",
+    task_set: str = "",
+    overrides: dict[str, Any] | None = None,
+) -> Any:
+    """The validated ``training.recipes.RunConfig`` of a launch: ``config`` (a RunConfig dict, e.g.
+    one of training/configs/*.json) with the base model, the task set and the hyperparameter
+    overrides (merged key by key) applied. Anything wrong is an InvalidInput with the reason."""
+    from training.recipes import RunConfig
+
+    if not isinstance(config, dict):
+        raise InvalidInput("the training config must be a JSON object (a RunConfig)")
+    if overrides is not None and not isinstance(overrides, dict):
+        raise InvalidInput("hyperparameter overrides must be a JSON object")
+    data = _deep_merge(config, overrides or {})
+    if base_model.strip():
+        data["model"] = {**(data.get("model") or {}), **_model_from_label(base_model.strip())}
+    if task_set.strip():
+        data["data"] = {**(data.get("data") or {}), "sources": _sources_from_task_set(task_set.strip())}
+    try:
+        run_config = RunConfig.from_dict(data)
+        RunConfig.from_dict(run_config.to_dict())  # what the worker will read back
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise InvalidInput(f"invalid training config: {exc}") from exc
+    for src in run_config.data.sources:
+        if not isinstance(src, dict) or src.get("kind") not in SOURCE_KINDS:
+            raise InvalidInput(f"invalid training config: data.sources kinds must be one of {SOURCE_KINDS}")
+    if run_config.total_steps < 1:
+        raise InvalidInput("invalid training config: the stages have no steps")
+    return run_config
+
+
+# --- launch and cancel -----------------------------------------------------------------------------
+
+
+def training_run_launch(
+    *,
+    name: str,
+    config: dict[str, Any],
+    created_by: Any = None,
+    recipe: str = "",
+    base_model: str = "",
+    task_set: str = "",
+    overrides: dict[str, Any] | None = None,
+) -> TrainingRun:
+    """Validate, create a queued run and enqueue its job after commit (Celery queue ``gpu``; in the
+    embedded mode, the web process's background worker). A bad config raises InvalidInput and
+    nothing is written."""
+    run_config = training_config_build(
+        config=config, base_model=base_model, task_set=task_set, overrides=overrides
+    )
+    name = (name or "").strip() or run_config.name
+    stored = run_config.to_dict()
+    with transaction.atomic():
+        run = TrainingRun.objects.create(
+            name=name[:128],
+            recipe=(recipe or "")[:64],
+            config=stored,
+            config_hash=run_config.config_hash(),
+            base_model=_model_label(stored["model"])[:500],
+            task_set=_task_set_label(stored["data"]["sources"])[:500],
+            total_steps=run_config.total_steps,
+            created_by=created_by if getattr(created_by, "is_authenticated", False) else None,
+        )
+        run.out_dir = str(conf.runs_dir() / f"run_{run.pk}")
+        run.save(update_fields=["out_dir"])
+        from .tasks import training_run_task
+
+        job_enqueue(training_run_task, run.pk)
+    return run
+
+
+def training_run_cancel(*, run_id: int) -> TrainingRun:
+    """A queued run is cancelled at once; a running one stops before its next step (it checkpoints
+    first, so it can be resumed). A finished run is left as it is."""
+    with transaction.atomic():
+        run = TrainingRun.objects.select_for_update().get(pk=run_id)
+        if run.is_finished:
+            return run
+        run.cancel_requested = True
+        fields = ["cancel_requested"]
+        if run.status == TrainingRun.Status.QUEUED:
+            run.status = TrainingRun.Status.CANCELLED
+            run.finished = timezone.now()
+            fields += ["status", "finished"]
+        run.save(update_fields=fields)
+        _ring(run_id)
+    return run
+
+
+# --- the job ------------------------------------------------------------------------------------------
+
+
+def training_run_claim(*, run_id: int) -> tuple[bool, bool]:
+    """(claimed, resume). queued -> running; also a 'running' row whose job went silent for
+    conf.stale_after_s (its worker died): that attempt resumes from the last checkpoint."""
+    now = timezone.now()
+    stale = now - timedelta(seconds=conf.stale_after_s())
+    with transaction.atomic():
+        run = TrainingRun.objects.select_for_update().filter(pk=run_id).first()
+        if run is None:
+            return False, False
+        silent = run.status == TrainingRun.Status.RUNNING and (run.heartbeat is None or run.heartbeat < stale)
+        if run.cancel_requested and silent:  # cancelled while its worker was dead: nothing to stop
+            TrainingRun.objects.filter(pk=run_id).update(status=TrainingRun.Status.CANCELLED, finished=now)
+            _ring(run_id)
+            return False, False
+        if run.cancel_requested or not (run.status == TrainingRun.Status.QUEUED or silent):
+            return False, False
+        resume = run.attempts > 0
+        TrainingRun.objects.filter(pk=run_id).update(
+            status=TrainingRun.Status.RUNNING,
+            started=run.started or now,
+            heartbeat=now,
+            attempts=F("attempts") + 1,
+        )
+        _ring(run_id)
+    return True, resume
+
+
+def training_run_poll(*, run_id: int) -> bool:
+    """Polled by the runner before every step: a heartbeat, and whether to stop."""
+    TrainingRun.objects.filter(pk=run_id).update(heartbeat=timezone.now())
+    return selectors.training_run_cancel_requested(run_id=run_id)
+
+
+def _clean(value: Any) -> Any:
+    """JSON PostgreSQL accepts: no NUL characters (a byte-level model may write byte 0), no NaN/inf."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def training_run_started(*, run_id: int, step: int, resumed: bool) -> None:
+    """The runner (re)started at ``step``: rows after it belong to an attempt that died before its
+    next checkpoint; they are removed, and the new attempt stores those steps again."""
+    with transaction.atomic():
+        TrainingMetric.objects.filter(run_id=run_id, step__gt=step).delete()
+        TrainingSample.objects.filter(run_id=run_id, step__gt=step).delete()
+        TrainingCheckpoint.objects.filter(run_id=run_id, step__gt=step).delete()
+        fields: dict[str, Any] = {"step": step, "heartbeat": timezone.now()}
+        if resumed:
+            fields["resumed_from_step"] = step
+        TrainingRun.objects.filter(pk=run_id).update(**fields)
+        _ring(run_id)
+
+
+def training_metrics_store(*, run_id: int, metrics: dict[str, Any]) -> TrainingMetric:
+    """Store one step's RunMetrics (idempotent on (run, step)), then ring with the step."""
+    data = _clean(dict(metrics))
+    step = int(data["step"])
+    with transaction.atomic():
+        row, _ = TrainingMetric.objects.update_or_create(
+            run_id=run_id, step=step, defaults={"stage": str(data.get("stage") or "")[:64], "data": data}
+        )
+        TrainingRun.objects.filter(pk=run_id).update(step=Greatest(F("step"), step), heartbeat=timezone.now())
+        _ring(run_id, step)
+    return row
+
+
+def _best_turn(turns: list[dict[str, Any]]) -> dict[str, Any]:
+    scored = [t for t in turns if isinstance(t.get("reward"), int | float)]
+    return max(scored, key=lambda t: t["reward"]) if scored else (turns[0] if turns else {})
+
+
+def training_samples_store(
+    *, run_id: int, step: int, samples: Sequence[dict[str, Any]]
+) -> list[TrainingSample]:
+    """Store one step's sampled trajectories (replacing any of an attempt that died)."""
+    rows = []
+    for position, sample in enumerate(samples):
+        sample = _clean(dict(sample))
+        turns = [t for t in sample.get("turns") or [] if isinstance(t, dict)]
+        best = _best_turn(turns)
+        result = (best.get("outcome") or {}).get("result") or {}
+        speedup = result.get("speedup") or {}
+        rows.append(
+            TrainingSample(
+                run_id=run_id,
+                step=step,
+                position=position,
+                task=str(sample.get("task", ""))[:255],
+                group=int(sample.get("group") or 0),
+                index=int(sample.get("index") or 0),
+                reward=sample.get("reward"),
+                status=str(best.get("status") or "")[:32],
+                speedup_eager=speedup.get("eager"),
+                speedup_compile=speedup.get("compile"),
+                response=str(best.get("text") or ""),
+                turns=turns,
+            )
+        )
+    with transaction.atomic():
+        TrainingSample.objects.filter(run_id=run_id, step=step).delete()
+        TrainingSample.objects.bulk_create(rows)
+        TrainingRun.objects.filter(pk=run_id).update(heartbeat=timezone.now())
+        _ring(run_id)
+    return rows
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:60] or "run"
+
+
+def training_checkpoint_store(*, run_id: int, info: dict[str, Any]) -> TrainingCheckpoint:
+    """A checkpoint row, and a leaderboard Submitter (kind ``checkpoint``) for it."""
+    step = int(info["step"])
+    with transaction.atomic():
+        run = TrainingRun.objects.only("id", "name").get(pk=run_id)
+        submitter = submitter_get_or_create(
+            name=f"train{run_id}-{_slug(run.name)}@step{step}",
+            kind=Submitter.Kind.CHECKPOINT,
+            metadata={
+                "training_run_id": run_id,
+                "step": step,
+                "path": str(info["path"]),
+                "stage": info.get("stage", ""),
+                "config_hash": info.get("config_hash", ""),
+            },
+        )
+        checkpoint, _ = TrainingCheckpoint.objects.update_or_create(
+            run_id=run_id,
+            step=step,
+            defaults={
+                "stage": str(info.get("stage") or "")[:64],
+                "path": str(info["path"]),
+                "config_hash": str(info.get("config_hash") or "")[:16],
+                "submitter": submitter,
+            },
+        )
+        TrainingRun.objects.filter(pk=run_id).update(heartbeat=timezone.now())
+        _ring(run_id)
+    return checkpoint
+
+
+class TrainingRunSink:
+    """training.metrics.MetricsSink for the web app: every emit returns once the rows are committed."""
+
+    def __init__(self, run_id: int) -> None:
+        self.run_id = run_id
+
+    def emit_metrics(self, metrics: Any) -> None:
+        training_metrics_store(run_id=self.run_id, metrics=metrics.to_dict())
+
+    def emit_trajectories(self, step: int, samples: Sequence[Any]) -> None:
+        training_samples_store(run_id=self.run_id, step=step, samples=[s.to_dict() for s in samples])
+
+    def emit_checkpoint(self, info: Any) -> None:
+        training_checkpoint_store(run_id=self.run_id, info=info.to_dict())
+
+    def emit_status(self, status: str, detail: dict[str, Any]) -> None:
+        # "completed", "cancelled" and "failed" are written by training_run_execute (the job row).
+        if status == "running":
+            training_run_started(
+                run_id=self.run_id, step=int(detail.get("step") or 0), resumed=bool(detail.get("resumed"))
+            )
+
+
+def training_run_finish(*, run_id: int, status: str, step: int) -> TrainingRun:
+    """The runner returned: ``completed`` -> succeeded, ``cancelled`` -> cancelled. Once only."""
+    final = TrainingRun.Status.CANCELLED if status == "cancelled" else TrainingRun.Status.SUCCEEDED
+    now = timezone.now()
+    with transaction.atomic():
+        TrainingRun.objects.filter(pk=run_id, status=TrainingRun.Status.RUNNING).update(
+            status=final, step=step, finished=now, heartbeat=now
+        )
+        _ring(run_id)
+    return TrainingRun.objects.get(pk=run_id)
+
+
+def training_run_mark_failed(*, run_id: int, error: str) -> None:
+    with transaction.atomic():
+        TrainingRun.objects.filter(pk=run_id, status=TrainingRun.Status.RUNNING).update(
+            status=TrainingRun.Status.FAILED, error=error[-20_000:], finished=timezone.now()
+        )
+        _ring(run_id)
+
+
+def _requeue(run_id: int) -> None:
+    """Best effort before an infrastructure retry: the retried job claims the row again (and resumes)."""
+    try:
+        TrainingRun.objects.filter(pk=run_id, status=TrainingRun.Status.RUNNING).update(
+            status=TrainingRun.Status.QUEUED
+        )
+    except Exception:
+        logger.warning("could not requeue training run %s", run_id, exc_info=True)
+
+
+def training_run_execute(*, run_id: int) -> TrainingRun | None:
+    """The job: claim the row, run ``run_training`` with the database sink, write the outcome.
+
+    Idempotent: a second delivery finds the row claimed (alive) or finished and does nothing; a row
+    whose worker died is claimed again once stale and resumes from its last checkpoint
+    (``resume=True``). Database errors propagate so the task retries them; anything else ends the
+    run as ``failed`` with the traceback.
+    """
+    claimed, resume = training_run_claim(run_id=run_id)
+    if not claimed:
+        return None
+    run = TrainingRun.objects.get(pk=run_id)
+    try:
+        from training.recipes import RunConfig
+        from training.runner import run_training
+
+        result = run_training(
+            RunConfig.from_dict(run.config),
+            out_dir=run.out_dir,
+            sink=TrainingRunSink(run_id),
+            cancel=lambda: training_run_poll(run_id=run_id),
+            resume=resume,
+        )
+    except (OperationalError, InterfaceError):
+        _requeue(run_id)
+        raise
+    except Exception as exc:
+        if _is_time_limit(exc):
+            training_run_mark_failed(run_id=run_id, error="the run went past the worker's time limit")
+            raise
+        logger.exception("training run %s failed", run_id)
+        training_run_mark_failed(run_id=run_id, error=traceback.format_exc())
+        return TrainingRun.objects.get(pk=run_id)
+    return training_run_finish(run_id=run_id, status=result.status, step=result.step)
+
+
+def _is_time_limit(exc: BaseException) -> bool:
+    try:
+        from celery.exceptions import SoftTimeLimitExceeded
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(exc, SoftTimeLimitExceeded)
