@@ -153,7 +153,8 @@ def _role_reference(setup: dict[str, Any], send: _Sender) -> None:
 
     def make_inputs(seed: int) -> list[Any]:
         torch.manual_seed(seed)
-        values = task.get_inputs()
+        with device:  # factory functions in get_inputs() allocate on the task's device (fast on a GPU)
+            values = task.get_inputs()
         return [v.detach().to("cpu", copy=True) if isinstance(v, torch.Tensor) else v for v in values]
 
     models64: list[Any] = []
@@ -164,12 +165,12 @@ def _role_reference(setup: dict[str, Any], send: _Sender) -> None:
         except Exception as exc:  # noqa: BLE001
             fp64_error = f"no float64 reference: {exc}"
 
-    def run(config: int, inputs: list[Any]) -> dict[str, Any]:
+    def run(config: int, inputs: list[Any], wide: bool = True) -> dict[str, Any]:
         with torch.no_grad():
             on_device = _move(inputs, device)
             out = measure.to_cpu(measure.flatten(models[config](*on_device)))
             out64: list[Any] | None = None
-            if models64:
+            if models64 and wide:
                 try:
                     wide = [v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
                             for v in on_device]
@@ -179,8 +180,9 @@ def _role_reference(setup: dict[str, Any], send: _Sender) -> None:
         return {"config": config, "inputs": inputs, "outputs": out, "outputs64": out64}
 
     trials = [run(config, make_inputs(seed)) for config, seed in seeds["trials"]]
-    rotations = [run(0, make_inputs(seed)) for seed in seeds["rotations"]]
-    after = run(0, make_inputs(seeds["after"]))
+    # Timing inputs are checked against the fp32 reference; float64 is needed for the trials only.
+    rotations = [run(0, make_inputs(seed), wide=False) for seed in seeds["rotations"]]
+    after = run(0, make_inputs(seeds["after"]), wide=False)
 
     # FLOPs and bytes for the roofline floor.
     flops = 0
@@ -418,7 +420,8 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
         send("error", where="timing", build_error=False, error=describe(exc))
         return
     kept = stats.pop("kept_outputs")
-    send("timing_end", stats=stats, kept_outputs=kept)
+    send("timing_end", stats=stats)  # small and at once: the parent's wall clock stops here
+    send("timing_outputs", kept_outputs=[measure.to_cpu(k) for k in kept])
     patched |= set(measure.patched_attributes())
 
     # 5. after timing: a fresh input, then trial 0 again (determinism, poisoned in between)

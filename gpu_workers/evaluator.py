@@ -149,7 +149,8 @@ def _candidate(request: EvalRequest, hardware: dict[str, Any], reference: dict[s
         child.send(setup)
         budget = request.run_timeout_s + (request.compile_timeout_s if compile_deferred else 0.0)
         deadline = time.monotonic() + budget
-        expected = ["ready"] + ["trial"] * request.trials + ["timing_begin", "timing_end", "after", "done"]
+        expected = (["ready"] + ["trial"] * request.trials
+                    + ["timing_begin", "timing_end", "timing_outputs", "after", "done"])
         received = 0
         timing_began = None
         try:
@@ -185,6 +186,7 @@ def _candidate(request: EvalRequest, hardware: dict[str, Any], reference: dict[s
                 elif phase == "timing_end":
                     evidence.timing_wall_ms = (time.monotonic() - timing_began) * 1e3 if timing_began else None
                     evidence.timing = message["stats"]
+                elif phase == "timing_outputs":
                     evidence.kept_outputs = message["kept_outputs"]
                 elif phase == "after":
                     evidence.after = message["after"]
@@ -226,9 +228,6 @@ def _judge(request: EvalRequest, rule_set: dict[str, Any], hardware: dict[str, A
     findings: list[Finding] = []
     observations = evidence.trials + [evidence.after, evidence.again]
     findings.extend(judge.guard_findings(rule_set, observations))
-    if evidence.blocked:
-        f = make_finding(rule_set, "sandbox_violation", ", ".join(sorted(set(evidence.blocked))[:6]))
-        findings.append(f) if f else None
     if evidence.patched:
         f = make_finding(rule_set, "patched_measurement", ", ".join(sorted(set(evidence.patched))[:8]))
         findings.append(f) if f else None
@@ -424,6 +423,11 @@ def evaluate(request: EvalRequest) -> EvalResult:
     result.run_log = run_log
     if reference.get("fp64_error"):
         result.run_log = (result.run_log + "\n[judge] " + reference["fp64_error"]).strip()
+    if evidence.blocked:
+        # Refused and swallowed (stdlib helpers such as typing's look at frames and fall back): the
+        # refusal already took away what was reached for; an uncaught one is a sandbox_violation.
+        result.run_log = (result.run_log + "\n[judge] refused in candidate code: "
+                          + ", ".join(sorted(set(evidence.blocked))[:8])).strip()
     return _finish(result, static + findings + dynamic, request, rule_set, reward_cfg, started, hardware)
 
 

@@ -53,16 +53,23 @@ def mac(key: bytes, payload: bytes) -> bytes:
     return hmac.new(key, payload, hashlib.sha256).digest()
 
 
-def encode(obj: Any, key: bytes | None = None, save: Any = None) -> bytes:
-    """Length-prefixed torch.save payload, followed by its HMAC when the channel has a key."""
+def encode_parts(obj: Any, key: bytes | None = None, save: Any = None) -> list[memoryview | bytes]:
+    """Header, payload and (with a key) HMAC as separate pieces: no copy of a large payload."""
     if save is None:
         import torch
 
         save = torch.save
     buffer = io.BytesIO()
     save(obj, buffer)
-    payload = buffer.getvalue()
-    return _HEADER.pack(len(payload)) + payload + (mac(key, payload) if key else b"")
+    payload = buffer.getbuffer()
+    parts: list[memoryview | bytes] = [_HEADER.pack(len(payload)), payload]
+    if key:
+        parts.append(mac(key, payload))
+    return parts
+
+
+def encode(obj: Any, key: bytes | None = None, save: Any = None) -> bytes:
+    return b"".join(encode_parts(obj, key, save))
 
 
 def decode(payload: bytes) -> Any:
@@ -71,11 +78,16 @@ def decode(payload: bytes) -> Any:
     return torch.load(io.BytesIO(payload), weights_only=True, map_location="cpu")
 
 
+def _write_all(fd: int, parts: list[memoryview | bytes]) -> None:
+    for part in parts:
+        view = memoryview(part)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+
+
 def write_message(fd: int, obj: Any, key: bytes | None = None, save: Any = None) -> None:
-    data = memoryview(encode(obj, key, save))
-    while data:
-        written = os.write(fd, data)
-        data = data[written:]
+    _write_all(fd, encode_parts(obj, key, save))
 
 
 def read_exact(fd: int, size: int) -> bytes:
@@ -136,14 +148,11 @@ class Child:
     # --- sending -------------------------------------------------------------------------
     def send(self, obj: Any) -> threading.Thread:
         """Send in a thread: a hostile child that never reads cannot block the parent."""
-        data = encode(obj)
+        parts = encode_parts(obj)
 
         def pump() -> None:
-            view = memoryview(data)
             try:
-                while view:
-                    written = os.write(self.to_child, view)
-                    view = view[written:]
+                _write_all(self.to_child, parts)
             except OSError:
                 pass  # the child died; the reader side reports it
 

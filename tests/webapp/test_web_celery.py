@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
+from tests.webapp.celery_broker import celery_worker
 from webapp.arena import services
 
 pytestmark = [
@@ -49,66 +47,10 @@ def _redis_or_skip() -> None:
 @pytest.fixture
 def celery_worker_process(settings, tmp_path):
     """``celery -A webapp worker -Q gpu`` as a subprocess, on the test database and a private Redis db."""
-    _redis_or_skip()
-    import redis
-
-    redis.Redis.from_url(REDIS_URL).flushdb()
-    db = connection.settings_dict
-    database_url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "webapp.settings.local",
-        "DATABASE_URL": database_url,
-        "REDIS_URL": REDIS_URL,
-        "EVAL_BASELINES": "eager",
-        "EVAL_TRIALS": "2",
-        "DEBUG": "0",
-    }
-    log = (tmp_path / "worker.log").open("w")
-    worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "webapp",
-            "worker",
-            "-Q",
-            "gpu",
-            "-P",
-            "solo",
-            "-c",
-            "1",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "-l",
-            "info",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    # The test process enqueues through the same broker.
-    from webapp.celery import app
-
-    old_broker = app.conf.broker_url
-    app.conf.broker_url = REDIS_URL
-    app._pool = None
-    settings.JOB_BACKEND = "celery"
-    try:
-        yield worker, tmp_path / "worker.log"
-    finally:
-        worker.terminate()
-        try:
-            worker.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
-        log.close()
-        app.conf.broker_url = old_broker
-        app._pool = None
+    log_path = tmp_path / "worker.log"
+    extra = {"EVAL_BASELINES": "eager", "EVAL_TRIALS": "2"}
+    with celery_worker(queue="gpu", redis_url=REDIS_URL, settings=settings, log_path=log_path, extra_env=extra) as w:
+        yield w, log_path
 
 
 def test_celery_worker_runs_a_real_evaluation(celery_worker_process, make_task, make_kernel):

@@ -3,12 +3,7 @@ message only says "look again", so a lost ring costs a refresh, never data."""
 
 from __future__ import annotations
 
-import logging
-
-from asgiref.sync import async_to_sync
-from django.db import transaction
-
-logger = logging.getLogger(__name__)
+from webapp.core.events import ring
 
 
 def evaluation_group(evaluation_id: int) -> str:
@@ -16,17 +11,4 @@ def evaluation_group(evaluation_id: int) -> str:
 
 
 def evaluation_ring(*, evaluation_id: int) -> None:
-    def ring() -> None:
-        from channels.layers import get_channel_layer
-
-        layer = get_channel_layer()
-        if layer is None:
-            return
-        try:
-            async_to_sync(layer.group_send)(
-                evaluation_group(evaluation_id), {"type": "evaluation.changed", "id": evaluation_id}
-            )
-        except Exception:  # a doorbell that fails must never fail the job
-            logger.warning("could not ring evaluation %s", evaluation_id, exc_info=True)
-
-    transaction.on_commit(ring)
+    ring(group=evaluation_group(evaluation_id), message={"type": "evaluation.changed", "id": evaluation_id})

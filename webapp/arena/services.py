@@ -215,8 +215,10 @@ def evaluation_run(*, evaluation_id: int) -> Evaluation | None:
     evaluation = Evaluation.objects.select_related("kernel__task").get(pk=evaluation_id)
     try:
         from gpu_workers import EvalRequest, evaluate
+        from webapp.review.selectors import active_rule_set
 
         request = EvalRequest(
+            rule_set=active_rule_set(evaluation.track),  # reviewers' published rules apply at once
             task_source=evaluation.kernel.task.source,
             kernel_source=evaluation.kernel.source,
             device=evaluation.device,
@@ -235,7 +237,11 @@ def evaluation_run(*, evaluation_id: int) -> Evaluation | None:
         logger.exception("evaluator failed on evaluation %s", evaluation_id)
         evaluation_mark_error(evaluation_id=evaluation_id, error=traceback.format_exc())
         return Evaluation.objects.get(pk=evaluation_id)
-    return evaluation_store_result(evaluation_id=evaluation_id, result=result)
+    stored = evaluation_store_result(evaluation_id=evaluation_id, result=result)
+    from webapp.review.services import flags_from_evaluation
+
+    flags_from_evaluation(evaluation_id=evaluation_id)  # review findings, extreme speedups → the queue
+    return stored
 
 
 def _is_time_limit(exc: BaseException) -> bool:

@@ -6,7 +6,7 @@ always reads the database for rows after the last seq it sent, so a lost, late o
 never loses or repeats an event, and a slow poll covers rings that never come (e.g. across threads
 with the in-memory layer). Clients reconnect with ``?<cursor_param>=<last seq they rendered>``.
 
-(The rollouts app predates this module and keeps its own copy of the same design.)
+Rollouts, training runs and evaluations all ring through here.
 """
 
 from __future__ import annotations
@@ -26,22 +26,24 @@ logger = logging.getLogger(__name__)
 RING_TYPE = "events.ring"  # handled by ResumeConsumer.events_ring
 
 
-def _ring_now(group: str, seq: int | None) -> None:
+def _ring_now(group: str, message: dict[str, Any]) -> None:
     from channels.layers import get_channel_layer
 
     layer = get_channel_layer()
     if layer is None:
         return
     try:
-        async_to_sync(layer.group_send)(group, {"type": RING_TYPE, "seq": seq})
+        async_to_sync(layer.group_send)(group, message)
     except Exception:  # a doorbell that fails must never fail the job
         logger.warning("could not ring %s", group, exc_info=True)
 
 
-def ring(*, group: str, seq: int | None = None) -> None:
+def ring(*, group: str, seq: int | None = None, message: dict[str, Any] | None = None) -> None:
     """Ring ``group`` once the current transaction commits (at once outside a transaction).
-    ``seq``: the newest stored event (None: only the state changed)."""
-    transaction.on_commit(lambda: _ring_now(group, seq))
+    ``seq``: the newest stored event (None: only the state changed); ``message`` replaces the
+    default ``{"type": RING_TYPE, "seq": seq}`` for consumers with their own handler."""
+    payload = message if message is not None else {"type": RING_TYPE, "seq": seq}
+    transaction.on_commit(lambda: _ring_now(group, payload))
 
 
 class ResumeConsumer(AsyncJsonWebsocketConsumer):

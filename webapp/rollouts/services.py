@@ -396,6 +396,9 @@ def _best_kernel_store(*, rollout: Rollout, summary: Any) -> tuple[Kernel | None
     evaluation = evaluation_store_result(
         evaluation_id=evaluation.pk, result=EvalResult.from_dict(summary.best_evaluation)
     )
+    from webapp.review.services import flags_from_evaluation
+
+    flags_from_evaluation(evaluation_id=evaluation.pk)
     return kernel, evaluation, ""
 
 

@@ -4,16 +4,14 @@ through the Redis channel layer (integration: needs Redis at 127.0.0.1:6379)."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
-from django.db import connection
 from rollout_helpers import reply
 
+from tests.webapp.celery_broker import celery_worker
 from webapp.asgi import application
 from webapp.rollouts import services
 from webapp.rollouts.models import Rollout
@@ -33,70 +31,10 @@ REDIS_URL = os.environ.get("TEST_ROLLOUT_REDIS_URL", "redis://127.0.0.1:6379/12"
 def agent_worker(settings, tmp_path):
     """``celery -A webapp worker -Q agent`` on the test database; the test process enqueues and
     listens through the same Redis."""
-    redis = pytest.importorskip("redis")
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
-    except redis.exceptions.ConnectionError:
-        pytest.skip(f"no Redis at {REDIS_URL}")
-    redis.Redis.from_url(REDIS_URL).flushdb()
-    db = connection.settings_dict
-    env = {
-        **{k: v for k, v in os.environ.items() if k != "JOB_BACKEND"},
-        "DJANGO_SETTINGS_MODULE": "webapp.settings.local",
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
-        "REDIS_URL": REDIS_URL,
-        "DEBUG": "0",
-    }
-    log = (tmp_path / "agent-worker.log").open("w")
-    worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "webapp",
-            "worker",
-            "-Q",
-            "agent",
-            "-P",
-            "solo",
-            "-c",
-            "1",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "-l",
-            "info",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    from channels.layers import channel_layers
-
-    from webapp.celery import app
-
-    old_broker = app.conf.broker_url
-    app.conf.broker_url = REDIS_URL
-    app._pool = None
-    settings.JOB_BACKEND = "celery"
-    settings.CHANNEL_LAYERS = {
-        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
-    }
-    try:
-        yield worker, tmp_path / "agent-worker.log"
-    finally:
-        worker.terminate()
-        try:
-            worker.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
-        log.close()
-        app.conf.broker_url = old_broker
-        app._pool = None
-        channel_layers.backends.clear()
+    log_path = tmp_path / "agent-worker.log"
+    with celery_worker(queue="agent", redis_url=REDIS_URL, settings=settings, log_path=log_path,
+                       redis_channel_layer=True) as worker:
+        yield worker, log_path
 
 
 def test_agent_worker_runs_a_rollout_and_streams_it_through_redis(agent_worker, relu_add_task, llm_server):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import tiny_overrides
+from training_run_helpers import tiny_overrides
 
 from webapp.training_runs.models import TrainingRun
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import store_step
+from training_run_helpers import store_step
 
 from webapp.training_runs import services
 from webapp.training_runs.models import TrainingRun
@@ -116,3 +116,24 @@ def test_admin_cancel_action(staff_client, make_run):
     running.refresh_from_db()
     assert (queued.status, queued.cancel_requested) == ("cancelled", True)
     assert (running.status, running.cancel_requested) == ("running", True)  # stops before its next step
+
+
+def test_cancel_from_the_page_needs_staff(staff_client, make_run, django_user_model):
+    from django.test import Client
+
+    client = Client()  # not the staff one
+    run = make_run(status="running")
+    other = make_run(status="running")
+    plain = django_user_model.objects.create_user(username="pleb", password="x")
+
+    anonymous = client.post(f"/training/{run.pk}/cancel/")
+    client.force_login(plain)
+    not_staff = client.post(f"/training/{run.pk}/cancel/")
+    by_staff = staff_client.post(f"/training/{other.pk}/cancel/")
+
+    run.refresh_from_db()
+    other.refresh_from_db()
+    assert anonymous.status_code == not_staff.status_code == 302  # to the admin login
+    assert run.cancel_requested is False
+    assert by_staff.status_code == 302 and by_staff["Location"] == f"/training/{other.pk}/"
+    assert other.cancel_requested is True

@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import tiny_overrides
 from django.db import connection
+from training_run_helpers import tiny_overrides
 
 from webapp.arena.models import Submitter
 from webapp.core.jobs import embedded_jobs_wait

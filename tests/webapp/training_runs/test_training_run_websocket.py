@@ -7,7 +7,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
-from conftest import store_step
+from training_run_helpers import store_step
 
 from webapp.asgi import application
 from webapp.training_runs import services

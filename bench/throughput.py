@@ -1,0 +1,101 @@
+"""Evaluations per minute through the pool at several worker counts, measured in one run.
+
+Each candidate is distinct (a different constant), so with ``--build`` every one is a cold C++/CUDA
+build (compile + verify + profile); without it they are PyTorch-level candidates on the open track
+(verify + profile only: the evaluator's own overhead).
+
+    python bench/throughput.py --device cpu --workers 1 2 4 --candidates 8
+    python bench/throughput.py --device cuda --build --workers 1 4 16 --candidates 48
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+TASK = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 2.0
+
+
+N = 1 << 20
+PROFILES = {"cpu": {"N": 1 << 16}, "cuda": {"N": 1 << 24}}
+
+
+def get_inputs():
+    return [torch.randn(N)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+OPEN_CANDIDATE = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.clamp_min(x, 0.0) * (2.0 + 0.0 * {index})
+'''
+
+
+def build_candidate(device: str, index: int) -> str:
+    from bench.compile_speed import CPU_KERNEL, CUDA_KERNEL
+
+    template = CUDA_KERNEL if device == "cuda" else CPU_KERNEL
+    # Same arithmetic (x>0 ? x : 0) * 2, written differently per candidate so every build is cold.
+    scale = f"(2.0f + 0.0f * {index})"
+    return template.replace("SCALEf", scale).replace("NAME", f"tp_{device}_{index}_{int(time.time())}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--candidates", type=int, default=8)
+    parser.add_argument("--build", action="store_true", help="distinct native builds (compile-heavy)")
+    parser.add_argument("--gpus", type=int, default=0)
+    args = parser.parse_args()
+
+    from gpu_workers import EvalRequest
+    from gpu_workers.pool import LocalPool
+
+    rates = {}
+    offset = 0
+    for workers in args.workers:
+        requests = []
+        for i in range(args.candidates):
+            index = offset + i
+            source = build_candidate(args.device, index) if args.build else OPEN_CANDIDATE.format(index=index)
+            requests.append(EvalRequest(task_source=TASK, kernel_source=source, device=args.device,
+                                        track="strict" if args.build else "open", baselines=("eager",),
+                                        timing_budget_s=0.2))
+        offset += args.candidates
+        started = time.perf_counter()
+        with LocalPool(workers=workers, gpus=args.gpus) as pool:
+            statuses = Counter(r.status for r in pool.map(requests))
+        elapsed = time.perf_counter() - started
+        rates[workers] = args.candidates / elapsed * 60
+        print(f"{workers} worker(s): {args.candidates} candidates in {elapsed:.1f} s = {rates[workers]:.1f}/min "
+              f"{dict(statuses)}", flush=True)
+    base = rates[args.workers[0]]
+    for workers, rate in rates.items():
+        print(f"throughput at {workers} workers vs {args.workers[0]}: {rate / base:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

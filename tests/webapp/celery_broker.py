@@ -1,0 +1,88 @@
+"""A real Celery worker for integration tests, and the broker switch the test process needs.
+
+Each test module uses a Redis database of its own (web 13, rollouts 12, training 11), so no other
+worker ever sees its jobs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def use_broker(app, url: str | None) -> None:
+    """Point the test process's Celery app at another broker, fully: the app caches its connection
+    and producer pools and kombu keeps global pools; a stale producer would publish to the previous
+    test's broker, where no worker listens."""
+    from kombu import pools
+
+    if app._pool is not None:
+        app._pool.force_close_all()
+    pools.reset()
+    app.conf.broker_url = url
+    app._pool = None
+    app.amqp._producer_pool = None
+
+
+@contextmanager
+def celery_worker(*, queue: str, redis_url: str, settings, log_path: Path, extra_env: dict | None = None,
+                  redis_channel_layer: bool = False) -> Iterator[subprocess.Popen]:
+    """``celery -A webapp worker -Q QUEUE`` on the test database and ``redis_url``; the test process
+    enqueues through the same broker (and, if asked, listens through the Redis channel layer)."""
+    redis = pytest.importorskip("redis")
+    from django.db import connection
+
+    try:
+        redis.Redis.from_url(redis_url, socket_connect_timeout=2).ping()
+    except redis.exceptions.ConnectionError:
+        pytest.skip(f"no Redis at {redis_url}")
+    redis.Redis.from_url(redis_url).flushdb()
+    db = connection.settings_dict
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "JOB_BACKEND"},
+        "DJANGO_SETTINGS_MODULE": "webapp.settings.local",
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+        "REDIS_URL": redis_url,
+        "DEBUG": "0",
+        **(extra_env or {}),
+    }
+    log = log_path.open("w")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", queue, "-P", "solo", "-c", "1",
+         "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "info"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    from channels.layers import channel_layers
+
+    from webapp.celery import app
+
+    old_broker = app.conf.broker_url
+    use_broker(app, redis_url)
+    settings.JOB_BACKEND = "celery"
+    if redis_channel_layer:
+        settings.CHANNEL_LAYERS = {
+            "default": {
+                "BACKEND": "channels_redis.core.RedisChannelLayer",
+                "CONFIG": {"hosts": [{"address": redis_url, "socket_timeout": 30}]},
+            }
+        }
+    try:
+        yield worker
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+        log.close()
+        use_broker(app, old_broker)
+        channel_layers.backends.clear()
