@@ -214,6 +214,7 @@ def _role_reference(setup: dict[str, Any], send: _Sender) -> None:
                 send("timing_begin", baseline=name)
                 stats = measure.time_callable(fn, buffers, rotation_inputs, device,
                                               budget_s=float(setup["timing_budget_s"]),
+                                              max_iters=int(setup.get("max_iters", 1000)),
                                               warmup_inputs=_move(trials[0]["inputs"], device))
             stats.pop("kept_outputs")
             send("timing_end", baseline=name, stats=stats)
@@ -415,6 +416,7 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
         with torch.no_grad():
             stats = measure.time_callable(model, buffers, rotations, device,
                                           budget_s=float(setup["timing_budget_s"]),
+                                          max_iters=int(setup.get("max_iters", 1000)),
                                           warmup_inputs=_move(setup["trials"][0]["inputs"], device))
     except BaseException as exc:  # noqa: BLE001
         send("error", where="timing", build_error=False, error=describe(exc))

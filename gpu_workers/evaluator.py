@@ -37,8 +37,14 @@ INIT_CONFIGS = 2
 
 
 def rotations_for(device: str) -> int:
-    """Input sets the timing loop cycles through (each checked); GPU-sized inputs are large."""
-    return 3 if device == "cuda" else 5
+    """Input sets the timing loop cycles through, each checked. On the CPU every timed iteration
+    gets inputs never seen before (no repeats to cache); GPU-sized inputs are too large for that,
+    so there the loop cycles through three and repeats are compared with first sights."""
+    return 3 if device == "cuda" else 24
+
+
+def max_timed_iterations(device: str) -> int:
+    return 1000 if device == "cuda" else rotations_for(device)
 
 
 # ---- phases ----------------------------------------------------------------------------------
@@ -70,6 +76,7 @@ def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | No
     wanted = [b for b in request.baselines if b not in cached]
     setup = {"task_source": request.task_source, "profile": profile, "device": _device_string(request),
              "seeds": seeds, "baselines": wanted, "timing_budget_s": request.timing_budget_s,
+             "max_iters": max_timed_iterations(request.device),
              "threads": threads_for(request)}
     child = sandbox.spawn("reference", env_extra=child_env(request, hardware, None, hide_gpu=False),
                           memory_limit_mb=request.memory_limit_mb)
@@ -134,6 +141,7 @@ def _candidate(request: EvalRequest, hardware: dict[str, Any], reference: dict[s
         "rotations": [r["inputs"] for r in reference["rotations"]],
         "after": reference["after"]["inputs"],
         "timing_budget_s": request.timing_budget_s,
+        "max_iters": max_timed_iterations(request.device),
         "threads": threads_for(request),
         "trace_ops": True,
         "poison_bytes": 2 * out_bytes,

@@ -122,7 +122,7 @@ _DEFAULT_THRESHOLDS: dict[str, float] = {
     "precision_ratio": 32.0,  # review when error vs fp64 exceeds this multiple of eager's own
     "precision_min_error": 1e-5,  # review above this (and the ratio)
     "precision_reject_error": 1e-4,  # reject above this (and the ratio): fp32 tasks stay fp32
-    "repeat_ratio": 4.0,  # reject when repeated inputs run this many times faster than first sight
+    "repeat_ratio": 10.0,  # reject when repeated inputs run this many times faster than first sight
     "determinism_rtol": 1e-4,
     "determinism_atol": 1e-5,
     "timer_slack": 10.0,

@@ -81,13 +81,20 @@ def test_manifest_covers_every_cpu_family():
         assert len(spellings) >= 1 if family in (17, 18) else len(spellings) >= 2, family
     for case in CASES:
         assert (HACKS / case["kernel"]).is_file() and (HACKS / case["task"]).is_file(), case["id"]
-        assert "passed" not in case["expect"]["status"] or case.get("control"), case["id"]
+        assert (
+            "passed" not in case["expect"]["status"] or case.get("control") or "max_speedup_eager" in case["expect"]
+        ), case["id"]
 
 
 @pytest.mark.parametrize("case", HACK_CASES)
 def test_hack_is_not_rewarded(case, results):
     result = results[case["id"]]
     detail = _describe(result)
+    limit = case["expect"].get("max_speedup_eager")
+    if limit is not None and result.status == "passed":
+        # The trick cannot pay: every timed input is new, so the kernel was measured doing the work.
+        assert result.speedup["eager"] is not None and result.speedup["eager"] <= limit, detail
+        return
     assert result.status != "passed", f"{case['id']} (family {case['family']}) slipped through: {detail}"
     assert result.status in case["expect"]["status"], detail
     assert result.reward == FLOOR, detail
