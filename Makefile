@@ -28,7 +28,7 @@ test: install lint
 	$(BIN)/python -m pytest
 
 gpu-test:
-	python3 -m pytest -m gpu tests/gpu_workers
+	python3 -m pytest -m gpu tests/gpu_workers tests/training
 
 # the web app's tests only (PostgreSQL at 127.0.0.1:5432 or DATABASE_URL; Redis and Chromium optional)
 test-web: install
