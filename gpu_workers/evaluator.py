@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-import shutil
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -125,7 +124,7 @@ def _device_string(request: EvalRequest) -> str:
 
 
 def _candidate(request: EvalRequest, hardware: dict[str, Any], reference: dict[str, Any], build: BuildContext,
-               rule_set: dict[str, Any], compile_deferred: bool) -> tuple[judge.Evidence, list[Finding], str]:
+               rule_set: dict[str, Any], compile_deferred: bool) -> tuple[judge.Evidence, str]:
     """Run the candidate child and collect its observations in strict protocol order."""
     import torch
 
@@ -152,7 +151,6 @@ def _candidate(request: EvalRequest, hardware: dict[str, Any], reference: dict[s
                           address_space_limit=request.device == "cpu")
     child.mac_key = setup["mac_key"] = secrets.token_bytes(32)
     evidence = judge.Evidence()
-    findings: list[Finding] = []
     with child:
         child.send(setup)
         budget = request.run_timeout_s + (request.compile_timeout_s if compile_deferred else 0.0)
@@ -219,7 +217,7 @@ def _candidate(request: EvalRequest, hardware: dict[str, Any], reference: dict[s
             raise PhaseFailure("timeout", "the candidate process did not exit after its last report",
                                child.log_tail()) from None
         log = child.log_tail()
-    return evidence, findings, log
+    return evidence, log
 
 
 class _Forged(Exception):
@@ -227,6 +225,12 @@ class _Forged(Exception):
         super().__init__(finding.message if finding else "forged result")
         self.finding = finding
         self.log = log
+
+
+def _keep(findings: list[Finding], finding: Finding | None) -> None:
+    """Dynamic checks a rule set switches off produce no finding."""
+    if finding is not None:
+        findings.append(finding)
 
 
 # ---- the verdict -----------------------------------------------------------------------------
@@ -238,7 +242,7 @@ def _judge(request: EvalRequest, rule_set: dict[str, Any], hardware: dict[str, A
     findings.extend(judge.guard_findings(rule_set, observations))
     if evidence.patched:
         f = make_finding(rule_set, "patched_measurement", ", ".join(sorted(set(evidence.patched))[:8]))
-        findings.append(f) if f else None
+        _keep(findings, f)
 
     # correctness: every trial, then the outputs kept during timing and the one after it
     passed, first_failure = 0, ""
@@ -265,18 +269,18 @@ def _judge(request: EvalRequest, rule_set: dict[str, Any], hardware: dict[str, A
             timed_failures.append(f"fresh input after timing: {cmp.reason}")
         if timed_failures:
             f = make_finding(rule_set, "timed_output_mismatch", "; ".join(timed_failures[:3]))
-            findings.append(f) if f else None
+            _keep(findings, f)
         again = judge.compare_outputs(evidence.again["outputs"], evidence.trials[0]["outputs"], None,
                                       float(thresholds["determinism_atol"]), float(thresholds["determinism_rtol"]))
         if not again.ok:
             f = make_finding(rule_set, "nondeterministic", f"trial 1 rerun after timing: {again.reason}")
-            findings.append(f) if f else None
+            _keep(findings, f)
         # precision: error far above the fp32 reference's own error against float64
         ratio_limit = float(thresholds["precision_ratio"]) * ref_rel
         if max_rel > max(ratio_limit, float(thresholds["precision_reject_error"])):
             f = make_finding(rule_set, "precision_downgrade",
                              f"relative error {max_rel:.2e} vs float64, the fp32 reference's is {ref_rel:.2e}")
-            findings.append(f) if f else None
+            _keep(findings, f)
         elif max_rel > max(ratio_limit, float(thresholds["precision_min_error"])):
             findings.append(Finding("precision_downgrade", "review",
                                     f"relative error {max_rel:.2e} vs float64 is high for fp32 (the reference's "
@@ -289,7 +293,7 @@ def _judge(request: EvalRequest, rule_set: dict[str, Any], hardware: dict[str, A
     if outs and all(float(t.double().std()) <= float(thresholds["degenerate_std"]) * (float(t.double().abs().mean()) + 1e-12)
                     for t in outs if t.numel() > 1):
         f = make_finding(rule_set, "degenerate_task", "the reference output barely varies across inputs")
-        findings.append(f) if f else None
+        _keep(findings, f)
 
     # timings and speedups
     timing = evidence.timing or {}
@@ -313,22 +317,22 @@ def _judge(request: EvalRequest, rule_set: dict[str, Any], hardware: dict[str, A
             f = make_finding(rule_set, "impossible_speed",
                              f"{kernel_ms:.4g} ms is below the roofline floor of {floor_ms:.4g} ms "
                              f"({reference['bytes']} bytes, {reference['flops']} FLOPs)")
-            findings.append(f) if f else None
+            _keep(findings, f)
         eager_speedup = speedup.get("eager")
         if eager_speedup is not None and eager_speedup > float(thresholds["extreme_speedup"]):
             f = make_finding(rule_set, "extreme_speedup",
                              f"{eager_speedup:.1f}× faster than eager (review threshold "
                              f"{thresholds['extreme_speedup']}×)")
-            findings.append(f) if f else None
+            _keep(findings, f)
         first, repeat = timing.get("first_sight_median_ms"), timing.get("repeat_median_ms")
         if first and repeat and first > float(thresholds["repeat_ratio"]) * repeat and first - repeat > 0.05:
             f = make_finding(rule_set, "cached_repeats",
                              f"{first:.4g} ms on first sight of each timing input, {repeat:.4g} ms on repeats")
-            findings.append(f) if f else None
+            _keep(findings, f)
         eager = baselines.get("eager", {})
         f = judge.timer_finding(rule_set, wall_ms=evidence.timing_wall_ms, stats=timing,
                                 overhead_ms_per_iter=eager.get("overhead_ms_per_iter"))
-        findings.append(f) if f else None
+        _keep(findings, f)
 
     result = EvalResult(
         status="passed" if correct else "incorrect",
@@ -416,7 +420,7 @@ def evaluate(request: EvalRequest) -> EvalResult:
         if reference_error is not None:
             raise reference_error
         reference = reference_job.result()
-        evidence, findings, run_log = _candidate(request, hardware, reference, build, rule_set, outcome.deferred)
+        evidence, run_log = _candidate(request, hardware, reference, build, rule_set, outcome.deferred)
     except PhaseFailure as failure:
         logs = ({"compile_log": failure.log} if failure.status == "compile_error"
                 else {"run_log": failure.log, "compile_log": compile_log})
@@ -436,8 +440,5 @@ def evaluate(request: EvalRequest) -> EvalResult:
         # refusal already took away what was reached for; an uncaught one is a sandbox_violation.
         result.run_log = (result.run_log + "\n[judge] refused in candidate code: "
                           + ", ".join(sorted(set(evidence.blocked))[:8])).strip()
-    return _finish(result, static + findings + dynamic, request, rule_set, reward_cfg, started, hardware)
+    return _finish(result, static + dynamic, request, rule_set, reward_cfg, started, hardware)
 
-
-def clear_cache() -> None:
-    shutil.rmtree(cache_root(), ignore_errors=True)

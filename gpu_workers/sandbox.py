@@ -68,10 +68,6 @@ def encode_parts(obj: Any, key: bytes | None = None, save: Any = None) -> list[m
     return parts
 
 
-def encode(obj: Any, key: bytes | None = None, save: Any = None) -> bytes:
-    return b"".join(encode_parts(obj, key, save))
-
-
 def decode(payload: bytes) -> Any:
     import torch
 

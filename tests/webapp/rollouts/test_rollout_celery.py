@@ -4,7 +4,6 @@ through the Redis channel layer (integration: needs Redis at 127.0.0.1:6379)."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -22,7 +21,6 @@ pytestmark = [
     pytest.mark.usefixtures("stray_connections_closed"),
 ]
 
-ROOT = Path(__file__).resolve().parents[3]
 # A Redis database of its own (the web tests use 13), so no other worker sees these jobs.
 REDIS_URL = os.environ.get("TEST_ROLLOUT_REDIS_URL", "redis://127.0.0.1:6379/12")
 
