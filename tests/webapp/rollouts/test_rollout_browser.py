@@ -7,18 +7,11 @@ uses the in-memory channel layer. The model is a scripted OpenAI-compatible serv
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import pytest
-from django.db import connection
 from django.test import Client
 from rollout_helpers import GOOD_KERNEL, kernel_reply, reply
 
+from tests.webapp.live_asgi import live_asgi_server
 from webapp.rollouts.models import Rollout, RolloutEvent
 
 pytestmark = [
@@ -27,55 +20,14 @@ pytestmark = [
     pytest.mark.usefixtures("stray_connections_closed"),
 ]
 
-ROOT = Path(__file__).resolve().parents[3]
 XSS = '<img src=x onerror="window.__pwned = 1"><script>window.__pwned = 2</script>'
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
 def asgi_server(artifacts_dir):
     """daphne serving webapp.asgi on the test database; yields its base URL."""
-    db = connection.settings_dict
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "JOB_BACKEND")}
-    env.update(
-        DJANGO_SETTINGS_MODULE="webapp.settings.test",
-        DATABASE_URL=f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
-        JOB_BACKEND="embedded",
-        PYTHONPATH=str(ROOT),
-    )
-    log = open(artifacts_dir / "rollout-daphne.log", "w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "webapp.asgi:application"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert process.poll() is None, (artifacts_dir / "rollout-daphne.log").read_text()[-3000:]
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "daphne did not start"
-                time.sleep(0.3)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+    with live_asgi_server(artifacts_dir / "rollout-daphne.log") as url:
+        yield url
 
 
 def test_rollout_page_streams_events_while_the_rollout_runs(

@@ -5,16 +5,9 @@ Served by daphne in a subprocess on the test database (the websocket needs an AS
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import pytest
-from django.db import connection
 
+from tests.webapp.live_asgi import live_asgi_server
 from webapp.training_runs import services
 
 pytestmark = [
@@ -23,55 +16,14 @@ pytestmark = [
     pytest.mark.usefixtures("stray_connections_closed"),
 ]
 
-ROOT = Path(__file__).resolve().parents[3]
 XSS = '<img src=x onerror="window.__pwned = 1"><script>window.__pwned = 2</script>'
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
 def asgi_server(artifacts_dir):
-    db = connection.settings_dict
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "JOB_BACKEND")}
-    env.update(
-        DJANGO_SETTINGS_MODULE="webapp.settings.test",
-        DATABASE_URL=f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
-        JOB_BACKEND="embedded",
-        PYTHONPATH=str(ROOT),
-    )
-    log_path = artifacts_dir / "training-daphne.log"
-    log = open(log_path, "w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "webapp.asgi:application"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert process.poll() is None, log_path.read_text()[-3000:]
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "daphne did not start"
-                time.sleep(0.3)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+    """daphne serving webapp.asgi on the test database; yields its base URL."""
+    with live_asgi_server(artifacts_dir / "training-daphne.log") as url:
+        yield url
 
 
 @pytest.fixture
