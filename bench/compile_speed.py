@@ -133,6 +133,17 @@ def run_built(source_path: Path, device: str, build, out: Path) -> None:
                    capture_output=True)
 
 
+def ninja_steps(folder: Path) -> dict[str, float]:
+    """Seconds per build step (object files, the link) from the ``.ninja_log`` files under folder."""
+    steps: dict[str, float] = {}
+    for log in folder.rglob(".ninja_log"):
+        for line in log.read_text().splitlines()[1:]:
+            parts = line.split("\t")
+            if len(parts) >= 4:
+                steps[Path(parts[3]).name] = (int(parts[1]) - int(parts[0])) / 1e3
+    return steps
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -172,6 +183,9 @@ def main() -> int:
         plain_times.append(t_plain)
         our_times.append(t_ours)
         print(f"candidate {index}: load_inline {t_plain:.1f} s, ours {t_ours:.1f} s, outputs identical: {same}")
+        for label, folder in (("load_inline", work / f"plain_ext_{index}"), ("ours", built.ext_dir)):
+            steps = ninja_steps(folder)
+            print(f"  {label} steps: " + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(steps.items())))
 
     plain_med, ours_med = statistics.median(plain_times), statistics.median(our_times)
     print(f"median cold compile-and-load: load_inline {plain_med:.1f} s, ours {ours_med:.1f} s "

@@ -1,19 +1,34 @@
 #!/usr/bin/env bash
-# One GPU-machine call: environment facts, the suite's build + evaluation (eager and torch.compile),
-# timing fidelity, the gpu-marked tests, then the CUDA compile bench — each step time-boxed, each
-# writing under $OUT as it goes so a cut-off run still reports what it finished.
+# One GPU-machine call for issue 7's figures: environment facts, the CUDA compile bench (16 cores),
+# timing fidelity (5 separate evaluations) with each evaluation's timeline, Nsight Compute agreement,
+# the gpu-marked fault/split tests, throughput on one GPU (16 cores) and on every GPU. Each step is
+# time-boxed (override with NAME_S variables; 0 skips) and writes under $OUT as it goes, so a cut-off
+# run still reports what it finished.
 set -uo pipefail
 OUT=${OUT:-/tmp/ka-out}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 KERNELARENA_CACHE_DIR=/tmp/ka-cache
+export PYTHONUNBUFFERED=1 KERNELARENA_CACHE_DIR=${KERNELARENA_CACHE_DIR:-/tmp/ka-cache}
+GPUS=$(nvidia-smi -L | wc -l)
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
   python3 -c "import torch,sys;print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))"
-  nvcc --version | tail -1; nproc; } > "$OUT/env.txt" 2>&1
+  nvcc --version | tail -1; echo "cores $(nproc), gpus $GPUS"; (ncu --version | tail -1) 2>&1; } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
-timeout "${SUITE_S:-360}" python3 bench/suite_gpu.py --device cuda --baselines eager,compile --timing-budget 1.0 \
-  --build-workers 16 --fidelity-runs 5 --out "$OUT/suite.json" --markdown "$OUT/suite.md" > "$OUT/suite.log" 2>&1
-echo "suite exit $?"; tail -25 "$OUT/suite.log"
-timeout "${TESTS_S:-150}" python3 -m pytest -p no:cacheprovider -q -m gpu -rA tests/gpu_workers/test_gpu_hacks.py \
-  tests/gpu_workers/test_suite_evaluation.py > "$OUT/gpu_tests.log" 2>&1
-echo "gpu tests exit $?"; grep -E "PASSED|FAILED|ERROR|passed|failed" "$OUT/gpu_tests.log" | tail -15
-timeout "${BENCH_S:-60}" python3 bench/compile_speed.py --device cuda --candidates 1 > "$OUT/compile_speed.log" 2>&1
-echo "compile bench exit $?"; tail -6 "$OUT/compile_speed.log"
+step() {  # step NAME SECONDS COMMAND...: run, keep the log, print its tail
+  local name=$1 secs=$2; shift 2
+  [ "$secs" -gt 0 ] || return 0
+  local t0=$SECONDS
+  timeout "$secs" "$@" > "$OUT/$name.log" 2>&1
+  echo "== $name: exit $? in $((SECONDS - t0)) s"; tail -${TAIL:-8} "$OUT/$name.log" | cut -c1-${WIDTH:-700}
+}
+CORES16="taskset -c 0-15"
+step compile_speed "${COMPILE_S:-130}" $CORES16 python3 bench/compile_speed.py --device cuda --candidates 1
+TAIL=3 step fidelity "${FIDELITY_S:-110}" python3 bench/eval_timeline.py --device cuda --only gelu --repeat 5 \
+  --out "$OUT/fidelity.json"
+[ -f "$OUT/fidelity.json" ] && step ncu "${NCU_S:-30}" python3 bench/ncu_agreement.py --suite-json "$OUT/fidelity.json" \
+  --out "$OUT/ncu.json"
+step gpu_tests "${TESTS_S:-110}" python3 -m pytest -p no:cacheprovider -q -m gpu -rA \
+  ${TESTS:-tests/gpu_workers/test_gpu_faults.py tests/gpu_workers/test_splitbuild.py::test_split_build_failure_falls_back_to_the_plain_build}
+TAIL=4 step throughput_1gpu "${TP1_S:-90}" $CORES16 python3 bench/throughput.py --device cuda --build --gpus 1 \
+  --workers 16 --candidates 16
+[ "$GPUS" -gt 1 ] && TAIL=4 step throughput_all_gpus "${TPN_S:-60}" python3 bench/throughput.py --device cuda --build \
+  --gpus "$GPUS" --workers 16 --candidates 16
+exit 0

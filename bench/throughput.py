@@ -67,7 +67,8 @@ def main() -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--candidates", type=int, default=8)
     parser.add_argument("--build", action="store_true", help="distinct native builds (compile-heavy)")
-    parser.add_argument("--gpus", type=int, default=0)
+    parser.add_argument("--gpus", type=int, default=0, help="spread CUDA evaluations over this many GPUs")
+    parser.add_argument("--timing-budget", type=float, default=0.2)
     args = parser.parse_args()
 
     from gpu_workers import EvalRequest
@@ -82,15 +83,30 @@ def main() -> int:
             source = build_candidate(args.device, index) if args.build else OPEN_CANDIDATE.format(index=index)
             requests.append(EvalRequest(task_source=TASK, kernel_source=source, device=args.device,
                                         track="strict" if args.build else "open", baselines=("eager",),
-                                        timing_budget_s=0.2))
+                                        timing_budget_s=args.timing_budget))
         offset += args.candidates
         started = time.perf_counter()
+        results = []
         with LocalPool(workers=workers, gpus=args.gpus) as pool:
-            statuses = Counter(r.status for r in pool.map(requests))
+            for _, result in pool.as_completed(requests):
+                results.append(result)
+                slot = result.timing_stats.get("gpu_slot") or {}
+                print(f"  [{time.perf_counter() - started:6.1f} s] {result.status} in {result.duration_s} s "
+                      f"(compile {(result.compile_ms or 0) / 1e3:.1f} s, GPU slot held {slot.get('held_s', 0)} s, "
+                      f"waited {slot.get('wait_s', 0)} s)", flush=True)
         elapsed = time.perf_counter() - started
+        statuses = Counter(r.status for r in results)
         rates[workers] = args.candidates / elapsed * 60
+        busy: dict[int, float] = {}
+        for r in results:
+            gpu = (r.hardware.get("gpu") or {}).get("index", 0)
+            busy[gpu] = busy.get(gpu, 0.0) + float((r.timing_stats.get("gpu_slot") or {}).get("held_s", 0.0))
+        compile_s = sorted((r.compile_ms or 0) / 1e3 for r in results if r.compile_ms)
+        median_compile = compile_s[len(compile_s) // 2] if compile_s else 0.0
+        occupancy = ", ".join(f"GPU {g} busy {held / elapsed:.0%}" for g, held in sorted(busy.items())
+                              if args.device == "cuda")
         print(f"{workers} worker(s): {args.candidates} candidates in {elapsed:.1f} s = {rates[workers]:.1f}/min "
-              f"{dict(statuses)}", flush=True)
+              f"{dict(statuses)}; median compile {median_compile:.1f} s; {occupancy or 'no GPU slot'}", flush=True)
     base = rates[args.workers[0]]
     for workers, rate in rates.items():
         print(f"throughput at {workers} workers vs {args.workers[0]}: {rate / base:.2f}x")

@@ -72,10 +72,11 @@ class _Sender:
 
 # ---- compile ---------------------------------------------------------------------------------
 def _role_compile(setup: dict[str, Any], send: _Sender) -> None:
-    from . import measure
+    from . import measure, splitbuild
     from .tasks import exec_source
 
     start = measure._perf_counter()
+    splitbuild.install()
     try:
         exec_source(setup["kernel_source"], "kernelarena_candidate", "<kernel>")
     except BaseException as exc:  # noqa: BLE001 - candidate code
@@ -108,6 +109,25 @@ def _move(values: list[Any], device) -> list[Any]:
     import torch
 
     return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def _fresh(values: list[Any], device) -> list[Any]:
+    """A private copy for one use: a model may write into its inputs."""
+    import torch
+
+    return [v.to(device, copy=True) if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def _make_inputs(task, seed: int, device) -> list[Any]:
+    """One input set from a secret seed, made on the task's device. The reference and the
+    candidate's judge both call this (the judge before any candidate code runs), so both sides hold
+    the same values without shipping gigabytes through the parent."""
+    import torch
+
+    torch.manual_seed(seed)
+    with device:  # factory functions in get_inputs() allocate on the task's device (fast on a GPU)
+        values = task.get_inputs()
+    return [v.detach() if isinstance(v, torch.Tensor) else v for v in values]
 
 
 def _secret_reseed() -> None:
@@ -151,12 +171,6 @@ def _role_reference(setup: dict[str, Any], send: _Sender) -> None:
         models.append(model)
         state_dicts.append({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
 
-    def make_inputs(seed: int) -> list[Any]:
-        torch.manual_seed(seed)
-        with device:  # factory functions in get_inputs() allocate on the task's device (fast on a GPU)
-            values = task.get_inputs()
-        return [v.detach().to("cpu", copy=True) if isinstance(v, torch.Tensor) else v for v in values]
-
     models64: list[Any] = []
     fp64_error = ""
     if setup.get("fp64", True):
@@ -167,7 +181,7 @@ def _role_reference(setup: dict[str, Any], send: _Sender) -> None:
 
     def run(config: int, inputs: list[Any], wide: bool = True) -> dict[str, Any]:
         with torch.no_grad():
-            on_device = _move(inputs, device)
+            on_device = _fresh(inputs, device)
             out = measure.to_cpu(measure.flatten(models[config](*on_device)))
             out64: list[Any] | None = None
             if models64 and wide:
@@ -177,12 +191,14 @@ def _role_reference(setup: dict[str, Any], send: _Sender) -> None:
                     out64 = measure.to_cpu(measure.flatten(models64[config](*wide)))
                 except Exception:  # noqa: BLE001 - some ops have no float64 kernel
                     out64 = None
-        return {"config": config, "inputs": inputs, "outputs": out, "outputs64": out64}
+        return {"config": config, "outputs": out, "outputs64": out64}
 
-    trials = [run(config, make_inputs(seed)) for config, seed in seeds["trials"]]
+    trial_inputs = [_make_inputs(task, seed, device) for _, seed in seeds["trials"]]
+    trials = [run(config, inputs) for (config, _), inputs in zip(seeds["trials"], trial_inputs)]
     # Timing inputs are checked against the fp32 reference; float64 is needed for the trials only.
-    rotations = [run(0, make_inputs(seed), wide=False) for seed in seeds["rotations"]]
-    after = run(0, make_inputs(seeds["after"]), wide=False)
+    rotation_inputs = [_make_inputs(task, seed, device) for seed in seeds["rotations"]]
+    rotations = [run(0, inputs, wide=False) for inputs in rotation_inputs]
+    after = run(0, _make_inputs(task, seeds["after"], device), wide=False)
 
     # FLOPs and bytes for the roofline floor.
     flops = 0
@@ -191,11 +207,11 @@ def _role_reference(setup: dict[str, Any], send: _Sender) -> None:
 
         counter = FlopCounterMode(display=False)
         with counter, torch.no_grad():
-            models[0](*_move(trials[0]["inputs"], device))
+            models[0](*_fresh(trial_inputs[0], device))
         flops = int(counter.get_total_flops())
     except Exception:  # noqa: BLE001
         flops = 0
-    nbytes = sum(v.numel() * v.element_size() for v in trials[0]["inputs"] if isinstance(v, torch.Tensor))
+    nbytes = sum(v.numel() * v.element_size() for v in trial_inputs[0] if isinstance(v, torch.Tensor))
     nbytes += sum(v.numel() * v.element_size() for v in state_dicts[0].values())
     nbytes += sum(v.numel() * v.element_size() for v in trials[0]["outputs"] if isinstance(v, torch.Tensor))
 
@@ -205,17 +221,15 @@ def _role_reference(setup: dict[str, Any], send: _Sender) -> None:
     # Baselines, each announced so the parent can hold its own wall clock against the report.
     for name in setup.get("baselines", []):
         try:
-            fn = _baseline_callable(name, models[0], device, rotations)
-            buffers = _move([v.clone() if isinstance(v, torch.Tensor) else v for v in rotations[0]["inputs"]],
-                            device)
-            rotation_inputs = [_move(r["inputs"], device) for r in rotations]
+            fn = _baseline_callable(name, models[0], device, rotation_inputs)
+            buffers = _fresh(rotation_inputs[0], device)
             with torch.no_grad():
                 fn(*buffers)  # compile / capture outside the measurement
                 send("timing_begin", baseline=name)
                 stats = measure.time_callable(fn, buffers, rotation_inputs, device,
                                               budget_s=float(setup["timing_budget_s"]),
                                               max_iters=int(setup.get("max_iters", 1000)),
-                                              warmup_inputs=_move(trials[0]["inputs"], device))
+                                              warmup_inputs=_fresh(trial_inputs[0], device))
             stats.pop("kept_outputs")
             send("timing_end", baseline=name, stats=stats)
         except Exception as exc:  # noqa: BLE001 - a baseline that cannot run is reported, not fatal
@@ -235,7 +249,7 @@ def _perturb_parameters(model) -> None:
                 param.add_(torch.randn_like(param) * (0.1 * scale))
 
 
-def _baseline_callable(name: str, model, device, rotations):
+def _baseline_callable(name: str, model, device, rotation_inputs):
     import torch
 
     if name == "eager":
@@ -247,8 +261,7 @@ def _baseline_callable(name: str, model, device, rotations):
     if name == "cuda_graph":
         if device.type != "cuda":
             raise RuntimeError("a CUDA-graph baseline needs a CUDA device")
-        static_in = _move([v.clone() if isinstance(v, torch.Tensor) else v for v in rotations[0]["inputs"]],
-                          device)
+        static_in = _fresh(rotation_inputs[0], device)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream), torch.no_grad():
@@ -276,9 +289,9 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from . import measure
+    from . import measure, splitbuild
     from .guard import install as install_guard
-    from .tasks import exec_source
+    from .tasks import exec_source, load_task_module
 
     device = _device(setup)
     _prepare_torch(setup)
@@ -305,6 +318,15 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
             return func(*args, **kwargs)
 
     trace_enabled = bool(setup.get("trace_ops", True))
+    # The inputs, from the secret seeds, before any candidate code exists in this process.
+    task = load_task_module(setup["task_source"], setup.get("profile"))
+    seeds = setup["seeds"]
+    trial_inputs = [_make_inputs(task, seed, device) for _, seed in seeds["trials"]]
+    rotation_inputs = [_make_inputs(task, seed, device) for seed in seeds["rotations"]]
+    after_inputs = _make_inputs(task, seeds["after"], device)
+    sys.modules.pop("kernelarena_task", None)
+    del task
+    splitbuild.install()  # the same sources as the compile phase built: the build is found, not redone
     _secret_reseed()
     measure.watch_modules("gpu_workers")
     guard = install_guard()
@@ -348,7 +370,7 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
     # candidate sees anyway (trial 1's), never on the timing inputs; then no new processes.
     try:
         with torch.no_grad():
-            models[0](*_move(setup["trials"][0]["inputs"], device))
+            models[0](*_fresh(trial_inputs[0], device))
         measure.synchronize(device)
     except BaseException as exc:  # noqa: BLE001
         send("error", where="forward", build_error=False, error=describe(exc))
@@ -400,7 +422,7 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
     # 3. correctness trials, each on fresh secret inputs, candidate first (the reference ran elsewhere)
     for index, trial in enumerate(setup["trials"]):
         try:
-            observed = guarded(models[trial["config"]], _move(trial["inputs"], device), trace_enabled)
+            observed = guarded(models[trial["config"]], _fresh(trial_inputs[index], device), trace_enabled)
         except BaseException as exc:  # noqa: BLE001
             send("error", where=f"trial {index}", build_error=False, error=describe(exc))
             return
@@ -408,8 +430,8 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
     patched |= set(measure.patched_attributes())
 
     # 4. timing: new values in the same buffers every iteration; outputs kept for the parent
-    rotations = [_move(r, device) for r in setup["rotations"]]
-    buffers = [v.clone() if isinstance(v, torch.Tensor) else v for v in rotations[0]]
+    rotations = [_fresh(r, device) for r in rotation_inputs]
+    buffers = _fresh(rotation_inputs[0], device)
     model = models[0]
     try:
         send("timing_begin")
@@ -417,7 +439,7 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
             stats = measure.time_callable(model, buffers, rotations, device,
                                           budget_s=float(setup["timing_budget_s"]),
                                           max_iters=int(setup.get("max_iters", 1000)),
-                                          warmup_inputs=_move(setup["trials"][0]["inputs"], device))
+                                          warmup_inputs=_fresh(trial_inputs[0], device))
     except BaseException as exc:  # noqa: BLE001
         send("error", where="timing", build_error=False, error=describe(exc))
         return
@@ -428,8 +450,8 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
 
     # 5. after timing: a fresh input, then trial 0 again (determinism, poisoned in between)
     try:
-        after = guarded(model, _move(setup["after"], device), False)
-        again = guarded(models[setup["trials"][0]["config"]], _move(setup["trials"][0]["inputs"], device), False)
+        after = guarded(model, _fresh(after_inputs, device), False)
+        again = guarded(models[setup["trials"][0]["config"]], _fresh(trial_inputs[0], device), False)
     except BaseException as exc:  # noqa: BLE001
         send("error", where="after timing", build_error=False, error=describe(exc))
         return
@@ -444,6 +466,7 @@ _ROLES = {"compile": _role_compile, "reference": _role_reference, "candidate": _
 def main(argv: list[str]) -> int:
     role, in_fd, out_fd = argv[0], int(argv[1]), int(argv[2])
     _harden_process()
+    import torch  # noqa: F401 - before the setup arrives: the parent may hold it until the GPU is free
     setup = sandbox.read_message(in_fd)
     os.close(in_fd)
     send = _Sender(out_fd, setup.pop("mac_key", None))

@@ -20,7 +20,7 @@ from typing import Any
 
 from . import sandbox
 from .buildcache import pch_dir
-from .hardware import cuda_arch_list
+from .hardware import cuda_arch_list, visible_device
 from .schema import EvalRequest
 
 _BUILD_MARKERS = ("cpp_extension", "load_inline", "torch.utils.cpp", "cupy", "triton", "ctypes", "cffi", "numba")
@@ -103,7 +103,7 @@ def child_env(request: EvalRequest, hardware: dict[str, Any], build: BuildContex
         arch = cuda_arch_list(hardware)
         if arch:
             env["TORCH_CUDA_ARCH_LIST"] = arch
-        env["CUDA_VISIBLE_DEVICES"] = "" if hide_gpu else str(request.gpu_index or 0)
+        env["CUDA_VISIBLE_DEVICES"] = "" if hide_gpu else visible_device(request.gpu_index)
     else:
         env["CUDA_VISIBLE_DEVICES"] = ""
     env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root() / "inductor")
@@ -128,6 +128,9 @@ def compile_candidate(request: EvalRequest, hardware: dict[str, Any], build: Bui
     """Build the candidate's extensions with the GPU hidden; raises PhaseFailure on a build error."""
     if build.ext_dir is None:
         return CompileOutcome(None, False, "")
+    done_marker = build.ext_dir / "compiled.ok"  # the folder is this exact source's: built once is built
+    if done_marker.exists():
+        return CompileOutcome(0.0, False, "[judge] built earlier from the same source and toolchain")
     started = time.monotonic()
     child = sandbox.spawn("compile", env_extra=child_env(request, hardware, build, hide_gpu=True),
                           memory_limit_mb=request.memory_limit_mb)
@@ -139,6 +142,7 @@ def compile_candidate(request: EvalRequest, hardware: dict[str, Any], build: Bui
             raise child_failure(exc, child, "compiling the kernel", request.compile_timeout_s) from None
         log = child.log_tail()
     if message.get("phase") == "compiled":
+        done_marker.touch()
         return CompileOutcome((time.monotonic() - started) * 1e3, False, log)
     error = str(message.get("error", ""))
     if message.get("build_error"):

@@ -37,6 +37,22 @@ def _compiler() -> str | None:
     return path if ("g++" in version or "GCC" in version or "Free Software" in version) else None
 
 
+def _torch_cxx_standard() -> str:
+    """The ``-std=`` torch's JIT builds give g++ (C++17 up to torch 2.9, C++20 since): a header
+    precompiled under another standard would be silently skipped."""
+    import inspect
+    import re
+
+    from torch.utils import cpp_extension
+
+    try:
+        source = inspect.getsource(cpp_extension._write_ninja_file_to_build_library)
+    except (AttributeError, OSError, TypeError):
+        return "-std=c++17"
+    match = re.search(r"-std=c\+\+\d+", source)
+    return match.group(0) if match else "-std=c++17"
+
+
 def pch_flags(device: str) -> list[str]:
     """The flags torch's ``load_inline`` gives g++ for a C++ source (minus the extension name)."""
     from torch.utils.cpp_extension import include_paths
@@ -44,7 +60,7 @@ def pch_flags(device: str) -> list[str]:
     flags = ["-DTORCH_API_INCLUDE_EXTENSION_H"]
     for path in include_paths("cuda" if device == "cuda" else "cpu"):
         flags += ["-isystem", path]
-    flags += ["-isystem", sysconfig.get_path("include"), "-fPIC", "-std=c++20"]
+    flags += ["-isystem", sysconfig.get_path("include"), "-fPIC", _torch_cxx_standard()]
     return flags
 
 

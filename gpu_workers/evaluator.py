@@ -26,6 +26,7 @@ from .build import (
     compile_candidate,
     threads_for,
 )
+from .gpuslot import SlotUse, gpu_slot
 from .hardware import ceilings, hardware_info
 from .reward import compute_reward, resolve_reward_config
 from .rules import default_rule_set, make_finding, static_scan, validate_rule_set
@@ -46,6 +47,18 @@ def max_timed_iterations(device: str) -> int:
     return 1000 if device == "cuda" else rotations_for(device)
 
 
+class Timeline:
+    """Seconds since the evaluation began at which each phase and child message arrived (kept with
+    the result: where an evaluation's time went)."""
+
+    def __init__(self, started: float):
+        self._started = started
+        self.events: list[list[Any]] = []
+
+    def mark(self, label: str) -> None:
+        self.events.append([label, round(time.monotonic() - self._started, 3)])
+
+
 # ---- phases ----------------------------------------------------------------------------------
 def _baseline_cache_path(request: EvalRequest, hardware: dict[str, Any], profile: str | None, name: str) -> Path:
     key = hashlib.sha256("\0".join([request.task_hash, profile or "", hardware["key"], name,
@@ -55,7 +68,8 @@ def _baseline_cache_path(request: EvalRequest, hardware: dict[str, Any], profile
     return path / f"{key[:32]}.json"
 
 
-def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | None) -> dict[str, Any]:
+def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | None,
+               slot: SlotUse, timeline: Timeline) -> dict[str, Any]:
     """Inputs, reference outputs and baseline timings from the trusted reference child."""
     seeds = {
         "init": [secrets.randbits(62) for _ in range(INIT_CONFIGS)],
@@ -79,11 +93,13 @@ def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | No
              "threads": threads_for(request)}
     child = sandbox.spawn("reference", env_extra=child_env(request, hardware, None, hide_gpu=False),
                           memory_limit_mb=request.memory_limit_mb)
-    with child:
+    with child, gpu_slot(request.device, hardware, slot):  # the child imports torch while we wait
+        timeline.mark("reference: slot")
         child.send(setup)
         deadline = time.monotonic() + request.run_timeout_s
         try:
             message = child.recv(deadline)
+            timeline.mark(f"reference: {message.get('phase')}")
             if message.get("phase") == "error":
                 raise PhaseFailure("runtime_error", "the reference (task) failed to run: "
                                    + str(message.get("error", ""))[-3000:], child.log_tail())
@@ -93,6 +109,7 @@ def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | No
             while True:
                 message = child.recv(deadline + request.run_timeout_s * len(wanted))
                 phase = message.get("phase")
+                timeline.mark(f"reference: {phase} {message.get('baseline') or ''}".rstrip())
                 if phase == "timing_begin":
                     begin_at = time.monotonic()
                 elif phase == "timing_end":
@@ -113,6 +130,7 @@ def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | No
             raise child_failure(exc, child, "running the reference", request.run_timeout_s) from None
     reference["baselines"] = baselines
     reference["seeds"] = seeds
+    reference["profile"] = profile
     return reference
 
 
@@ -123,8 +141,16 @@ def _device_string(request: EvalRequest) -> str:
 
 
 
-def _candidate(request: EvalRequest, hardware: dict[str, Any], reference: dict[str, Any], build: BuildContext,
-               rule_set: dict[str, Any], compile_deferred: bool) -> tuple[judge.Evidence, str]:
+def _spawn_candidate(request: EvalRequest, hardware: dict[str, Any], build: BuildContext) -> sandbox.Child:
+    """Started at the beginning of the evaluation: it imports torch while the compile and the
+    reference run, then waits for its setup (no candidate code runs before that)."""
+    return sandbox.spawn("candidate", env_extra=child_env(request, hardware, build, hide_gpu=False),
+                         memory_limit_mb=request.memory_limit_mb, address_space_limit=request.device == "cpu")
+
+
+def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, Any],
+               rule_set: dict[str, Any], compile_deferred: bool, slot: SlotUse, hardware: dict[str, Any],
+               timeline: Timeline) -> tuple[judge.Evidence, str]:
     """Run the candidate child and collect its observations in strict protocol order."""
     import torch
 
@@ -136,9 +162,10 @@ def _candidate(request: EvalRequest, hardware: dict[str, Any], reference: dict[s
         "init_inputs": reference["init_inputs"],
         "init_seeds": reference["seeds"]["init"],
         "state_dicts": reference["state_dicts"],
-        "trials": [{"config": t["config"], "inputs": t["inputs"]} for t in reference["trials"]],
-        "rotations": [r["inputs"] for r in reference["rotations"]],
-        "after": reference["after"]["inputs"],
+        "trials": [{"config": t["config"]} for t in reference["trials"]],
+        "task_source": request.task_source,  # the judge makes the inputs from the seeds, as the reference did
+        "profile": reference["profile"],
+        "seeds": {k: reference["seeds"][k] for k in ("trials", "rotations", "after")},
         "timing_budget_s": request.timing_budget_s,
         "max_iters": max_timed_iterations(request.device),
         "threads": threads_for(request),
@@ -146,12 +173,10 @@ def _candidate(request: EvalRequest, hardware: dict[str, Any], reference: dict[s
         "poison_bytes": 2 * out_bytes,
     }
     max_bytes = 64 * (out_bytes + (1 << 20)) * (request.trials + rotations_for(request.device) + 4)
-    child = sandbox.spawn("candidate", env_extra=child_env(request, hardware, build, hide_gpu=False),
-                          memory_limit_mb=request.memory_limit_mb,
-                          address_space_limit=request.device == "cpu")
     child.mac_key = setup["mac_key"] = secrets.token_bytes(32)
     evidence = judge.Evidence()
-    with child:
+    with child, gpu_slot(request.device, hardware, slot):
+        timeline.mark("candidate: slot")
         child.send(setup)
         budget = request.run_timeout_s + (request.compile_timeout_s if compile_deferred else 0.0)
         deadline = time.monotonic() + budget
@@ -164,6 +189,7 @@ def _candidate(request: EvalRequest, hardware: dict[str, Any], reference: dict[s
                 message = child.recv(deadline, max_bytes=max_bytes)
                 received += 1
                 phase = message.get("phase")
+                timeline.mark(f"candidate: {phase}")
                 if phase == "error":
                     where = message.get("where", "")
                     log = (child.log_tail() + "\n" + str(message.get("error", "")))[-8000:]
@@ -407,20 +433,26 @@ def evaluate(request: EvalRequest) -> EvalResult:
     except RuntimeError as exc:
         return stop("runtime_error", str(exc))
     compile_ms, compile_log, run_log = None, "", ""
+    slot = SlotUse()
+    timeline = Timeline(started)
+    candidate_child: sandbox.Child | None = None
     try:
         build = build_context(request, hardware)
+        candidate_child = _spawn_candidate(request, hardware, build)
         # Compiling (CPU work) and the reference (trusted, device work) overlap.
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="ka-phase") as phases:
-            reference_job = phases.submit(_reference, request, hardware, profile)
+            reference_job = phases.submit(_reference, request, hardware, profile, slot, timeline)
             try:
                 outcome = compile_candidate(request, hardware, build)
+                timeline.mark("compile: done")
             finally:
                 reference_error = reference_job.exception()
         compile_ms, compile_log = outcome.ms, outcome.log
         if reference_error is not None:
             raise reference_error
         reference = reference_job.result()
-        evidence, run_log = _candidate(request, hardware, reference, build, rule_set, outcome.deferred)
+        evidence, run_log = _candidate(request, candidate_child, reference, rule_set, outcome.deferred, slot,
+                                       hardware, timeline)
     except PhaseFailure as failure:
         logs = ({"compile_log": failure.log} if failure.status == "compile_error"
                 else {"run_log": failure.log, "compile_log": compile_log})
@@ -429,7 +461,13 @@ def evaluate(request: EvalRequest) -> EvalResult:
         findings = static + ([forged.finding] if forged.finding else [])
         return stop("rejected", forged.finding.message if forged.finding else "forged result", findings,
                     run_log=forged.log, compile_log=compile_log)
+    finally:
+        if candidate_child is not None:
+            candidate_child.close(wait_s=0)  # unused when an earlier phase ended the evaluation
     result, dynamic = _judge(request, rule_set, hardware, reference, evidence)
+    timeline.mark("judge: done")
+    result.timing_stats["gpu_slot"] = slot.to_dict()
+    result.timing_stats["timeline"] = timeline.events
     result.compile_ms = compile_ms
     result.compile_log = compile_log
     result.run_log = run_log

@@ -49,7 +49,8 @@ idx = int(__import__('sys').argv[1])
 p = torch.cuda.get_device_properties(idx)
 print(json.dumps({"name": torch.cuda.get_device_name(idx), "capability": f"{p.major}.{p.minor}",
   "l2_bytes": int(getattr(p, "L2_cache_size", 0)), "memory_bytes": int(p.total_memory),
-  "sm_count": int(p.multi_processor_count), "torch": torch.__version__, "cuda": torch.version.cuda}))
+  "sm_count": int(p.multi_processor_count), "torch": torch.__version__, "cuda": torch.version.cuda,
+  "uuid": str(getattr(p, "uuid", "") or "")}))
 """
 
 
@@ -71,6 +72,7 @@ def hardware_info(device: str, gpu_index: int | None = None) -> dict[str, Any]:
         name = info["name"]
         cuda = info["cuda"] or "none"
         extra = {k: info[k] for k in ("capability", "l2_bytes", "memory_bytes", "sm_count")}
+        extra["gpu"] = {"index": gpu_index or 0, "uuid": info.get("uuid", "")}
     else:
         name = _cpu_name()
         cuda = "none"
@@ -88,6 +90,18 @@ def ceilings(hardware: dict[str, Any]) -> tuple[float, float]:
         if marker in name:
             return bandwidth, flops
     return _UNKNOWN_GPU
+
+
+def visible_device(gpu_index: int | None) -> str:
+    """The CUDA_VISIBLE_DEVICES entry a child gets for our GPU ``gpu_index``: indices count within
+    what this process was given (Ray and schedulers hand out GPUs this way)."""
+    index = gpu_index or 0
+    given = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if not given:
+        return str(index)
+    if index >= len(given):
+        raise RuntimeError(f"GPU {index} requested but this worker was given only {len(given)} ({','.join(given)})")
+    return given[index]
 
 
 def cuda_arch_list(hardware: dict[str, Any]) -> str | None:

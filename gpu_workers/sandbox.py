@@ -9,14 +9,11 @@ log file that is only ever shown, never parsed.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
-import io
 import os
 import select
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -26,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-_HEADER = struct.Struct("!Q")
+from . import channel
+
 PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 
 # Variables a child may inherit; everything else (API keys, database URLs, tokens) is dropped.
@@ -46,61 +44,34 @@ class ChildError(RuntimeError):
         self.kind = kind  # "timeout" | "exited" | "protocol" | "memory"
 
 
-MAC_SIZE = 32
-
-
-def mac(key: bytes, payload: bytes) -> bytes:
-    return hmac.new(key, payload, hashlib.sha256).digest()
-
-
-def encode_parts(obj: Any, key: bytes | None = None, save: Any = None) -> list[memoryview | bytes]:
-    """Header, payload and (with a key) HMAC as separate pieces: no copy of a large payload."""
-    if save is None:
-        import torch
-
-        save = torch.save
-    buffer = io.BytesIO()
-    save(obj, buffer)
-    payload = buffer.getbuffer()
-    parts: list[memoryview | bytes] = [_HEADER.pack(len(payload)), payload]
-    if key:
-        parts.append(mac(key, payload))
-    return parts
-
-
-def decode(payload: bytes) -> Any:
-    import torch
-
-    return torch.load(io.BytesIO(payload), weights_only=True, map_location="cpu")
+def write_message(fd: int, obj: Any, key: bytes | None = None, save: Any = None) -> None:
+    _write_all(fd, channel.encode_parts(obj, key, save))
 
 
 def _write_all(fd: int, parts: list[memoryview | bytes]) -> None:
     for part in parts:
-        view = memoryview(part)
+        view = memoryview(part).cast("B")
         while view:
             written = os.write(fd, view)
             view = view[written:]
 
 
-def write_message(fd: int, obj: Any, key: bytes | None = None, save: Any = None) -> None:
-    _write_all(fd, encode_parts(obj, key, save))
+def widen_pipe(fd: int) -> None:
+    """Raise a pipe's buffer from 64 KiB to the system's maximum (1 MiB by default): large outputs
+    then cross in a few big reads instead of thousands of small ones."""
+    try:
+        import fcntl
 
-
-def read_exact(fd: int, size: int) -> bytes:
-    """Blocking read used inside children."""
-    chunks, remaining = [], size
-    while remaining:
-        chunk = os.read(fd, min(remaining, 1 << 20))
-        if not chunk:
-            raise EOFError("pipe closed")
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks)
+        with open("/proc/sys/fs/pipe-max-size", encoding="ascii") as handle:
+            size = int(handle.read().strip())
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), min(size, 16 << 20))
+    except (OSError, ValueError):
+        pass
 
 
 def read_message(fd: int) -> Any:
-    (size,) = _HEADER.unpack(read_exact(fd, _HEADER.size))
-    return decode(read_exact(fd, size))
+    """Blocking read inside a child (the judge's setup)."""
+    return channel.read_message(fd)
 
 
 def _rss_bytes(pid: int) -> int:
@@ -140,11 +111,12 @@ class Child:
     mac_key: bytes | None = None  # set: every message from the child must carry a valid HMAC
     _buffer: bytearray = field(default_factory=bytearray)
     _eof: bool = False
+    _closed: bool = False
 
     # --- sending -------------------------------------------------------------------------
     def send(self, obj: Any) -> threading.Thread:
         """Send in a thread: a hostile child that never reads cannot block the parent."""
-        parts = encode_parts(obj)
+        parts = channel.encode_parts(obj)
 
         def pump() -> None:
             try:
@@ -157,42 +129,76 @@ class Child:
         return thread
 
     # --- receiving -----------------------------------------------------------------------
-    def _fill(self, want: int, deadline: float, max_bytes: int) -> None:
-        while len(self._buffer) < want:
-            if self._eof:
-                raise ChildError("exited", self._exit_description())
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise ChildError("timeout", f"no answer from the {self.role} process in time")
-            ready, _, _ = select.select([self.from_child], [], [], min(remaining, 0.25))
-            if self.memory_limit_bytes and _rss_bytes(self.proc.pid) > self.memory_limit_bytes:
+    def _wait_readable(self, deadline: float, next_rss_check: list[float]) -> bool:
+        """Wait up to 0.25 s for data; enforce the deadline and (at most every 0.1 s) the memory limit."""
+        if self._eof:
+            raise ChildError("exited", self._exit_description())
+        now = time.monotonic()
+        if deadline - now <= 0:
+            raise ChildError("timeout", f"no answer from the {self.role} process in time")
+        ready, _, _ = select.select([self.from_child], [], [], min(deadline - now, 0.25))
+        if self.memory_limit_bytes and now >= next_rss_check[0]:
+            next_rss_check[0] = now + 0.1  # /proc reads are not free: not once per chunk of a large message
+            if _rss_bytes(self.proc.pid) > self.memory_limit_bytes:
                 raise ChildError("memory", f"the {self.role} process exceeded the memory limit "
                                            f"of {self.memory_limit_bytes >> 20} MiB")
-            if not ready:
+        return bool(ready)
+
+    def _fill(self, want: int, deadline: float) -> None:
+        """Buffer at least ``want`` bytes (small pieces: counts, the skeleton, the tag)."""
+        next_rss_check = [0.0]
+        while len(self._buffer) < want:
+            if not self._wait_readable(deadline, next_rss_check):
                 continue
-            chunk = os.read(self.from_child, 1 << 20)
+            chunk = os.read(self.from_child, 4 << 20)
             if not chunk:
                 self._eof = True
                 continue
             self._buffer.extend(chunk)
-            if len(self._buffer) > max_bytes + _HEADER.size + MAC_SIZE:
-                raise ChildError("protocol", f"the {self.role} process sent more data than allowed")
+
+    def _take(self, size: int, deadline: float) -> bytes:
+        self._fill(size, deadline)
+        with memoryview(self._buffer) as view:
+            data = bytes(view[:size])
+        del self._buffer[:size]
+        return data
+
+    def _read_raw(self, size: int, deadline: float) -> bytearray:
+        """A large buffer, read straight into place (what was buffered first, then readv)."""
+        out = bytearray(size)
+        have = min(size, len(self._buffer))
+        out[:have] = self._buffer[:have]
+        del self._buffer[:have]
+        next_rss_check = [0.0]
+        with memoryview(out) as view:
+            while have < size:
+                if not self._wait_readable(deadline, next_rss_check):
+                    continue
+                got = os.readv(self.from_child, [view[have:]])
+                if got == 0:
+                    self._eof = True
+                    continue
+                have += got
+        return out
 
     def recv(self, deadline: float, max_bytes: int = 8 << 30) -> dict[str, Any]:
-        self._fill(_HEADER.size, deadline, max_bytes)
-        (size,) = _HEADER.unpack(bytes(self._buffer[: _HEADER.size]))
-        if size > max_bytes:
-            raise ChildError("protocol", f"the {self.role} process announced a {size}-byte message")
-        tail = MAC_SIZE if self.mac_key else 0
-        self._fill(_HEADER.size + size + tail, deadline, max_bytes)
-        payload = bytes(self._buffer[_HEADER.size : _HEADER.size + size])
-        tag = bytes(self._buffer[_HEADER.size + size : _HEADER.size + size + tail])
-        del self._buffer[: _HEADER.size + size + tail]
-        if self.mac_key and not hmac.compare_digest(tag, mac(self.mac_key, payload)):
-            raise ChildError("protocol", f"a message from the {self.role} process failed authentication "
-                                         "(it did not come from the judge)")
         try:
-            message = decode(payload)
+            head = self._take(channel.COUNTS.size, deadline)
+            skeleton_len, count = channel.read_counts(head, max_bytes)
+            lengths_raw = self._take(channel.WORD.size * count, deadline)
+            lengths = channel.read_lengths(lengths_raw, count, skeleton_len, max_bytes)
+        except channel.FormatError as exc:
+            raise ChildError("protocol", f"the {self.role} process {exc}") from None
+        skeleton = self._take(skeleton_len, deadline)
+        raws = [self._read_raw(n, deadline) for n in lengths]
+        if self.mac_key:
+            tag = self._take(channel.MAC_SIZE, deadline)
+            expected = channel.mac(self.mac_key, [head, lengths_raw, skeleton, *raws])
+            if not hmac.compare_digest(tag, expected):
+                raise ChildError("protocol", f"a message from the {self.role} process failed authentication "
+                                             "(it did not come from the judge)")
+        try:
+            message = channel.build(skeleton, raws)
         except Exception as exc:  # noqa: BLE001 - hostile bytes
             raise ChildError("protocol", f"unreadable message from the {self.role} process: {exc}") from None
         if not isinstance(message, dict):
@@ -247,7 +253,11 @@ class Child:
             pass
 
     def close(self, wait_s: float = 10.0) -> int | None:
-        """Wait briefly for a clean exit, then kill the whole process group; returns the exit code."""
+        """Wait briefly for a clean exit, then kill the whole process group; returns the exit code.
+        Idempotent: a second call must not close descriptor numbers another thread now owns."""
+        if self._closed:
+            return self.proc.returncode
+        self._closed = True
         try:
             code = self.proc.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:
@@ -277,6 +287,8 @@ def spawn(role: str, *, env_extra: dict[str, str] | None = None, memory_limit_mb
     log_path = workdir / f"{role}.log"
     to_child_r, to_child_w = os.pipe()
     from_child_r, from_child_w = os.pipe()
+    widen_pipe(from_child_r)
+    widen_pipe(to_child_w)
     limit = memory_limit_mb * (1 << 20) if memory_limit_mb else 0
     env = scrubbed_env(env_extra)
     env["HOME"] = str(workdir)

@@ -1,0 +1,66 @@
+"""Where one evaluation's time goes: the timeline of phases and child messages, for suite tasks.
+
+    python bench/eval_timeline.py --device cuda --only gelu softmax --repeat 2 [--baselines eager]
+
+With ``--repeat 5`` it also prints timing fidelity (max/min of the kernel medians of separate
+evaluations); ``--out`` writes the medians in the form ``bench/ncu_agreement.py`` reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--only", nargs="*", default=None)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--baselines", default="eager")
+    parser.add_argument("--timing-budget", type=float, default=0.5)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    import json
+    import statistics
+
+    from gpu_workers import EvalRequest, evaluate
+    from gpu_workers.suite import list_tasks
+
+    rows = []
+    for task in list_tasks():
+        if args.only and task.name not in args.only:
+            continue
+        medians = []
+        for attempt in range(args.repeat):
+            result = evaluate(EvalRequest(task_source=task.task_source, kernel_source=task.kernel_source(args.device),
+                                          device=args.device, baselines=tuple(args.baselines.split(",")),
+                                          timing_budget_s=args.timing_budget, task_name=task.name))
+            steps, last = [], 0.0
+            for label, at in result.timing_stats.get("timeline", []):
+                steps.append(f"{label} +{at - last:.2f}")
+                last = at
+            print(f"{task.name} #{attempt + 1}: {result.status} in {result.duration_s} s; kernel "
+                  f"{result.timings_ms.get('kernel')} ms; " + " | ".join(steps), flush=True)
+            if result.status != "passed":
+                print(f"  {result.message[:500]}", flush=True)
+            elif result.timings_ms.get("kernel"):
+                medians.append(result.timings_ms["kernel"])
+        if medians:
+            rows.append({"task": task.name, "kernel_ms": statistics.median(medians), "medians_ms": medians})
+            if len(medians) > 1:
+                print(f"timing fidelity on {task.name}: {len(medians)} evaluations, medians "
+                      f"{[round(m, 5) for m in medians]} ms, max/min {max(medians) / min(medians):.4f}", flush=True)
+    if args.out:
+        from pathlib import Path
+
+        Path(args.out).write_text(json.dumps({"rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

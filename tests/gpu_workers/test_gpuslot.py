@@ -1,0 +1,95 @@
+"""GPU slots: one evaluation's code per GPU at a time, across threads and processes."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+
+import pytest
+
+from gpu_workers.gpuslot import SlotUse, gpu_slot, slot_name
+from gpu_workers.hardware import visible_device
+
+H200_A = {"name": "NVIDIA H200", "gpu": {"index": 0, "uuid": "GPU-aaaa-1111"}}
+H200_B = {"name": "NVIDIA H200", "gpu": {"index": 1, "uuid": "GPU-bbbb-2222"}}
+
+
+def _hold(hardware, log, label, seconds=0.15):
+    with gpu_slot("cuda", hardware):
+        log.append((label, "in", time.monotonic()))
+        time.sleep(seconds)
+        log.append((label, "out", time.monotonic()))
+
+
+def _overlaps(log) -> bool:
+    inside = 0
+    for _, kind, _ in sorted(log, key=lambda e: e[2]):
+        inside += 1 if kind == "in" else -1
+        if inside > 1:
+            return True
+    return False
+
+
+def test_threads_on_one_gpu_never_overlap_and_two_gpus_do():
+    same: list = []
+    threads = [threading.Thread(target=_hold, args=(H200_A, same, i)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(same) == 8 and not _overlaps(same)
+
+    both: list = []
+    threads = [threading.Thread(target=_hold, args=(hw, both, i, 0.4)) for i, hw in enumerate([H200_A, H200_B])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert _overlaps(both)
+
+
+def _hold_in_process(queue):
+    with gpu_slot("cuda", H200_A):
+        queue.put(("in", time.monotonic()))
+        time.sleep(0.3)
+        queue.put(("out", time.monotonic()))
+
+
+def test_the_slot_holds_across_worker_processes():
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_hold_in_process, args=(queue,)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=60)
+    events = [queue.get(timeout=5) for _ in range(4)]
+    assert not _overlaps([(0, kind, at) for kind, at in events])
+
+
+def test_use_adds_up_waits_and_holds_and_cpu_takes_no_slot():
+    use = SlotUse()
+    with gpu_slot("cuda", H200_A, use):
+        time.sleep(0.05)
+    with gpu_slot("cuda", H200_A, use):
+        pass
+    assert use.acquisitions == 2 and use.held_s >= 0.05
+    cpu_use = SlotUse()
+    with gpu_slot("cpu", {"name": "cpu"}, cpu_use):
+        pass
+    assert cpu_use.acquisitions == 0
+
+
+def test_slot_names_are_safe_file_names():
+    assert slot_name(H200_A) == "GPU-aaaa-1111"
+    assert slot_name({"name": "NVIDIA H200/x", "gpu": {"index": 3}}) == "NVIDIA_H200_x-3"
+
+
+def test_a_childs_gpu_is_counted_within_what_the_worker_was_given(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert visible_device(0) == "2" and visible_device(1) == "3"
+    with pytest.raises(RuntimeError, match="given only 2"):
+        visible_device(2)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert visible_device(1) == "1"
