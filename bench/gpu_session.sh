@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU-machine call for issue 7's figures: environment facts, the CUDA compile bench (16 cores),
 # timing fidelity (5 separate evaluations) with each evaluation's timeline, Nsight Compute agreement,
-# the gpu-marked fault/split tests, throughput on one GPU (16 cores) and on every GPU. Each step is
+# the gpu-marked fault/split tests, throughput on one GPU (16 cores), optionally the whole suite table
+# (SUITE_S=300), and throughput on every GPU. Each step is
 # time-boxed (override with NAME_S variables; 0 skips) and writes under $OUT as it goes, so a cut-off
 # run still reports what it finished.
 set -uo pipefail
@@ -29,6 +30,8 @@ step gpu_tests "${TESTS_S:-110}" python3 -m pytest -p no:cacheprovider -q -m gpu
   ${TESTS:-tests/gpu_workers/test_gpu_faults.py tests/gpu_workers/test_splitbuild.py::test_split_build_failure_falls_back_to_the_plain_build}
 TAIL=4 step throughput_1gpu "${TP1_S:-90}" $CORES16 python3 bench/throughput.py --device cuda --build --gpus 1 \
   --workers 16 --candidates 16
+TAIL=24 step suite "${SUITE_S:-0}" python3 bench/suite_gpu.py --device cuda --baselines eager,compile \
+  --timing-budget 0.5 --build-workers 16 --fidelity-runs 0 --out "$OUT/suite.json" --markdown "$OUT/suite.md"
 [ "$GPUS" -gt 1 ] && TAIL=4 step throughput_all_gpus "${TPN_S:-60}" python3 bench/throughput.py --device cuda --build \
   --gpus "$GPUS" --workers 16 --candidates 16
 exit 0
