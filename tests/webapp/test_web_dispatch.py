@@ -186,3 +186,12 @@ def test_inline_backend_runs_the_job_after_commit(settings, make_kernel, django_
     assert len(callbacks) == 3  # the job, then its doorbell rings: claimed (running) and failed (error)
     assert status_before_commit == "queued"
     assert (evaluation.status, evaluation.attempts) == ("error", 1)
+
+
+def test_cuda_evaluations_spread_over_the_workers_gpus_and_cpu_ones_take_none(settings):
+    settings.EVAL_GPUS = 2
+    picks = [services.evaluation_gpu(evaluation_id=i, device="cuda") for i in range(1, 7)]
+    assert picks == [1, 0, 1, 0, 1, 0]
+    assert services.evaluation_gpu(evaluation_id=5, device="cpu") is None
+    settings.EVAL_GPUS = 1
+    assert {services.evaluation_gpu(evaluation_id=i, device="cuda") for i in range(1, 5)} == {0}

@@ -204,6 +204,14 @@ def evaluation_claim(*, evaluation_id: int) -> bool:
     return claimed == 1
 
 
+def evaluation_gpu(*, evaluation_id: int, device: str) -> int | None:
+    """Which of the worker's EVAL_GPUS a CUDA evaluation runs on: spread by id, so a stream of
+    evaluations keeps every GPU busy (each GPU's slot serialises its measurements)."""
+    if device != "cuda":
+        return None
+    return evaluation_id % settings.EVAL_GPUS
+
+
 def evaluation_run(*, evaluation_id: int) -> Evaluation | None:
     """The job: claim the row, call gpu_workers.evaluate, store the verdict. Idempotent.
 
@@ -226,6 +234,7 @@ def evaluation_run(*, evaluation_id: int) -> Evaluation | None:
             task_name=evaluation.kernel.task.name,
             baselines=tuple(settings.EVAL_BASELINES),
             trials=settings.EVAL_TRIALS,
+            gpu_index=evaluation_gpu(evaluation_id=evaluation_id, device=evaluation.device),
         )
         result = evaluate(request)
     except Exception as exc:

@@ -7,6 +7,9 @@ import os
 EVAL_DEVICE = os.environ.get("EVAL_DEVICE", "cpu")
 EVAL_BASELINES = tuple(b for b in os.environ.get("EVAL_BASELINES", "eager,compile").split(",") if b)
 EVAL_TRIALS = int(os.environ.get("EVAL_TRIALS", "3"))
+# GPUs a `gpu`-queue worker spreads CUDA evaluations over (each GPU measures one at a time; run the
+# worker with --concurrency of a few per GPU so compiles overlap the measurements).
+EVAL_GPUS = max(1, int(os.environ.get("EVAL_GPUS", "1")))
 # Celery time limits of one evaluation task (a C++ build alone can take a minute on a laptop).
 EVAL_SOFT_TIME_LIMIT_S = int(os.environ.get("EVAL_SOFT_TIME_LIMIT_S", "1800"))
 EVAL_TIME_LIMIT_S = int(os.environ.get("EVAL_TIME_LIMIT_S", "1900"))
