@@ -105,12 +105,6 @@ def _prepare_torch(setup: dict[str, Any]) -> None:
     torch.randn(1 << 18).sum()  # start the intra-op thread pool before any counting
 
 
-def _move(values: list[Any], device) -> list[Any]:
-    import torch
-
-    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
-
-
 def _fresh(values: list[Any], device) -> list[Any]:
     """A private copy for one use: a model may write into its inputs."""
     import torch
@@ -226,7 +220,7 @@ def _role_reference(setup: dict[str, Any], send: _Sender) -> None:
             with torch.no_grad():
                 fn(*buffers)  # compile / capture outside the measurement
                 send("timing_begin", baseline=name)
-                stats = measure.time_callable(fn, buffers, rotation_inputs, device,
+                stats = measure.time_callable(fn, buffers, [_fresh(r, device) for r in rotation_inputs], device,
                                               budget_s=float(setup["timing_budget_s"]),
                                               max_iters=int(setup.get("max_iters", 1000)),
                                               warmup_inputs=_fresh(trial_inputs[0], device))
