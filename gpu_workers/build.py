@@ -8,6 +8,7 @@ share the folder safely (torch's own file lock); different sources never collide
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import subprocess
@@ -124,13 +125,50 @@ class CompileOutcome:
     log: str
 
 
+STALE_BATON_S = 120.0
+
+
+def clear_stale_batons(ext_dir: Path) -> list[Path]:
+    """Remove torch's build batons (``<build dir>/lock``) that a killed process left behind.
+
+    torch's ``load_inline`` waits, without a limit, for a ``lock`` file to disappear; a worker killed
+    mid-build would leave every later evaluation of that source waiting until its time limit. Called
+    with the folder's build lock held (no compile of this source is running); a baton older than
+    STALE_BATON_S cannot belong to a run-phase load, which only checks the finished build."""
+    removed = []
+    now = time.time()
+    for baton in ext_dir.rglob("lock"):
+        try:
+            if baton.is_file() and now - baton.stat().st_mtime > STALE_BATON_S:
+                baton.unlink()
+                removed.append(baton)
+        except OSError:
+            continue
+    return removed
+
+
 def compile_candidate(request: EvalRequest, hardware: dict[str, Any], build: BuildContext) -> CompileOutcome:
-    """Build the candidate's extensions with the GPU hidden; raises PhaseFailure on a build error."""
+    """Build the candidate's extensions with the GPU hidden; raises PhaseFailure on a build error.
+
+    One compile per source folder at a time (an ``flock`` the kernel drops if we die): a concurrent
+    evaluation of the same source waits, then finds the build done."""
     if build.ext_dir is None:
         return CompileOutcome(None, False, "")
-    done_marker = build.ext_dir / "compiled.ok"  # the folder is this exact source's: built once is built
-    if done_marker.exists():
-        return CompileOutcome(0.0, False, "[judge] built earlier from the same source and toolchain")
+    with open(build.ext_dir / ".ka-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        removed = clear_stale_batons(build.ext_dir)
+        note = "".join(f"[judge] removed a stale build lock left by a killed process: {p}\n" for p in removed)
+        done_marker = build.ext_dir / "compiled.ok"  # the folder is this exact source's: built once is built
+        if done_marker.exists():
+            return CompileOutcome(0.0, False, note + "[judge] built earlier from the same source and toolchain")
+        outcome = _compile_in_child(request, hardware, build)
+        if outcome.ms is not None and not outcome.deferred:
+            done_marker.touch()
+        outcome.log = note + outcome.log
+        return outcome
+
+
+def _compile_in_child(request: EvalRequest, hardware: dict[str, Any], build: BuildContext) -> CompileOutcome:
     started = time.monotonic()
     child = sandbox.spawn("compile", env_extra=child_env(request, hardware, build, hide_gpu=True),
                           memory_limit_mb=request.memory_limit_mb)
@@ -142,7 +180,6 @@ def compile_candidate(request: EvalRequest, hardware: dict[str, Any], build: Bui
             raise child_failure(exc, child, "compiling the kernel", request.compile_timeout_s) from None
         log = child.log_tail()
     if message.get("phase") == "compiled":
-        done_marker.touch()
         return CompileOutcome((time.monotonic() - started) * 1e3, False, log)
     error = str(message.get("error", ""))
     if message.get("build_error"):

@@ -207,3 +207,35 @@ def test_candidate_cannot_kill_the_evaluator():
     assert done.returncode == 0, f"the evaluator died (exit {done.returncode}): {done.stderr[-1000:]}"
     verdict = json.loads(done.stdout)
     assert verdict["status"] != "passed"
+
+
+def test_a_build_lock_left_by_a_killed_worker_does_not_hang_the_next_evaluation():
+    """torch's load_inline waits forever on a `lock` file that a killed build left; we clear it."""
+    import time
+
+    from gpu_workers.build import build_context, clear_stale_batons
+    from gpu_workers.hardware import hardware_info
+    from gpu_workers.suite import list_tasks
+
+    silu = next(t for t in list_tasks() if t.name == "silu")
+    request = EvalRequest(task_source=silu.task_source, kernel_source=silu.cpu_kernel_source, device="cpu",
+                          baselines=("eager",), timing_budget_s=0.2, compile_timeout_s=240, run_timeout_s=240)
+    assert evaluate(request).status == "passed"  # built (or found built)
+    ext_dir = build_context(request, hardware_info("cpu")).ext_dir
+    build_dirs = [p.parent for p in ext_dir.rglob("build.ninja")]
+    assert build_dirs
+    batons = [d / "lock" for d in build_dirs]
+    stale = time.time() - 600
+    for baton in batons:  # as a worker SIGKILLed inside load_inline leaves them
+        baton.write_text("")
+        os.utime(baton, (stale, stale))
+
+    result = evaluate(request)
+
+    assert result.status == "passed", (result.message, result.compile_log[-1500:], result.run_log[-1500:])
+    assert "removed a stale build lock" in result.compile_log
+    assert not any(b.exists() for b in batons)
+    young = build_dirs[0] / "lock"
+    young.write_text("")  # a live build's baton is left alone
+    assert clear_stale_batons(ext_dir) == [] and young.exists()
+    young.unlink()
