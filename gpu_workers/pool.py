@@ -64,31 +64,37 @@ class LocalPool:
 
 
 class RayPool:
-    """One evaluator actor per GPU (``num_gpus=1``), joined through RAY_ADDRESS when set."""
+    """One evaluator actor per GPU (``num_gpus=1``), joined through RAY_ADDRESS when set.
 
-    def __init__(self, actors: int | None = None, address: str | None = None):
+    Each actor runs up to ``concurrency`` evaluations at once (a threaded actor): their compiles and
+    child starts overlap, and the GPU slot (``gpuslot``) lets one of them at a time run code on the
+    actor's GPU."""
+
+    def __init__(self, actors: int | None = None, address: str | None = None, concurrency: int = 4):
         try:
             import ray
         except ImportError as exc:  # Ray is optional at import
             raise RuntimeError("RayPool needs ray: pip install 'kernelarena[ray]' (or use LocalPool)") from exc
         import os
 
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
         self._ray = ray
         if not ray.is_initialized():
             ray.init(address=address or os.environ.get("RAY_ADDRESS") or None, ignore_reinit_error=True)
         gpus = int(ray.cluster_resources().get("GPU", 0))
         count = actors or max(gpus, 1)
 
-        @ray.remote(num_gpus=1 if gpus else 0)
+        @ray.remote(num_gpus=1 if gpus else 0, max_concurrency=concurrency)
         class EvaluatorActor:  # CUDA is initialised inside the actor's own children, never in a parent
             def evaluate(self, payload: dict[str, Any]) -> dict[str, Any]:
                 request = EvalRequest.from_dict(payload)
-                request.gpu_index = 0  # Ray sets CUDA_VISIBLE_DEVICES to the actor's GPU
+                request.gpu_index = 0  # the first of the GPUs Ray gave this actor (its CUDA_VISIBLE_DEVICES)
                 return _safe_evaluate(request).to_dict()
 
         self._actors = [EvaluatorActor.remote() for _ in range(count)]
         self._next = 0
-        self._executor = cf.ThreadPoolExecutor(max_workers=count)
+        self._executor = cf.ThreadPoolExecutor(max_workers=count * concurrency)
 
     def submit(self, request: EvalRequest) -> cf.Future:
         actor = self._actors[self._next % len(self._actors)]
@@ -103,3 +109,9 @@ class RayPool:
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=True)
+
+    def __enter__(self) -> RayPool:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
