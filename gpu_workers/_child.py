@@ -320,6 +320,15 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
     after_inputs = _make_inputs(task, seeds["after"], device)
     sys.modules.pop("kernelarena_task", None)
     del task
+    held: list[list[Any]] = []
+
+    def fresh(values: list[Any]) -> list[Any]:
+        """A private copy for one use, kept alive to the end: no two uses share an address, so a
+        cache keyed on data pointers sees every input as new (and is caught by the timing checks)."""
+        copy = _fresh(values, device)
+        held.append(copy)
+        return copy
+
     splitbuild.install()  # the same sources as the compile phase built: the build is found, not redone
     _secret_reseed()
     measure.watch_modules("gpu_workers")
@@ -364,7 +373,7 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
     # candidate sees anyway (trial 1's), never on the timing inputs; then no new processes.
     try:
         with torch.no_grad():
-            models[0](*_fresh(trial_inputs[0], device))
+            models[0](*fresh(trial_inputs[0]))
         measure.synchronize(device)
     except BaseException as exc:  # noqa: BLE001
         send("error", where="forward", build_error=False, error=describe(exc))
@@ -416,7 +425,7 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
     # 3. correctness trials, each on fresh secret inputs, candidate first (the reference ran elsewhere)
     for index, trial in enumerate(setup["trials"]):
         try:
-            observed = guarded(models[trial["config"]], _fresh(trial_inputs[index], device), trace_enabled)
+            observed = guarded(models[trial["config"]], fresh(trial_inputs[index]), trace_enabled)
         except BaseException as exc:  # noqa: BLE001
             send("error", where=f"trial {index}", build_error=False, error=describe(exc))
             return
@@ -424,8 +433,8 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
     patched |= set(measure.patched_attributes())
 
     # 4. timing: new values in the same buffers every iteration; outputs kept for the parent
-    rotations = [_fresh(r, device) for r in rotation_inputs]
-    buffers = _fresh(rotation_inputs[0], device)
+    rotations = [fresh(r) for r in rotation_inputs]
+    buffers = fresh(rotation_inputs[0])
     model = models[0]
     try:
         send("timing_begin")
@@ -433,7 +442,7 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
             stats = measure.time_callable(model, buffers, rotations, device,
                                           budget_s=float(setup["timing_budget_s"]),
                                           max_iters=int(setup.get("max_iters", 1000)),
-                                          warmup_inputs=_fresh(trial_inputs[0], device))
+                                          warmup_inputs=fresh(trial_inputs[0]))
     except BaseException as exc:  # noqa: BLE001
         send("error", where="timing", build_error=False, error=describe(exc))
         return
@@ -444,8 +453,8 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
 
     # 5. after timing: a fresh input, then trial 0 again (determinism, poisoned in between)
     try:
-        after = guarded(model, _fresh(after_inputs, device), False)
-        again = guarded(models[setup["trials"][0]["config"]], _fresh(trial_inputs[0], device), False)
+        after = guarded(model, fresh(after_inputs), False)
+        again = guarded(models[setup["trials"][0]["config"]], fresh(trial_inputs[0]), False)
     except BaseException as exc:  # noqa: BLE001
         send("error", where="after timing", build_error=False, error=describe(exc))
         return
