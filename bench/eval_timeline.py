@@ -9,6 +9,8 @@ evaluations); ``--out`` writes the medians in the form ``bench/ncu_agreement.py`
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -25,8 +27,6 @@ def main() -> int:
     parser.add_argument("--timing-budget", type=float, default=0.5)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    import json
-    import statistics
 
     from gpu_workers import EvalRequest, evaluate
     from gpu_workers.suite import list_tasks
@@ -56,8 +56,6 @@ def main() -> int:
                 print(f"timing fidelity on {task.name}: {len(medians)} evaluations, medians "
                       f"{[round(m, 5) for m in medians]} ms, max/min {max(medians) / min(medians):.4f}", flush=True)
     if args.out:
-        from pathlib import Path
-
         Path(args.out).write_text(json.dumps({"rows": rows}, indent=2))
     return 0
 

@@ -16,7 +16,7 @@ import sys
 import traceback
 from typing import Any
 
-from . import sandbox
+from . import channel, sandbox
 
 
 def _harden_process() -> None:
@@ -470,7 +470,7 @@ def main(argv: list[str]) -> int:
     role, in_fd, out_fd = argv[0], int(argv[1]), int(argv[2])
     _harden_process()
     import torch  # noqa: F401 - before the setup arrives: the parent may hold it until the GPU is free
-    setup = sandbox.read_message(in_fd)
+    setup = channel.read_message(in_fd)
     os.close(in_fd)
     send = _Sender(out_fd, setup.pop("mac_key", None))
     try:

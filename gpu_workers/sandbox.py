@@ -69,11 +69,6 @@ def widen_pipe(fd: int) -> None:
         pass
 
 
-def read_message(fd: int) -> Any:
-    """Blocking read inside a child (the judge's setup)."""
-    return channel.read_message(fd)
-
-
 def _rss_bytes(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/status", encoding="ascii") as handle:
