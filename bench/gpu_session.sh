@@ -6,15 +6,14 @@
 # time-boxed (override with NAME_S variables; 0 skips) and writes under $OUT as it goes, so a cut-off
 # run still reports what it finished.
 #
-# One call holds 10 minutes; the whole set needs about 15 (this session's H200 runs: PCH 30-37 s per fresh
-# machine, plain load_inline ~50 s, a GPU-sized evaluation tens of seconds), so it comes in two parts:
-#   PART=1 bash bench/gpu_session.sh   # compile bench, fidelity, ncu          (~9 min)
-#   PART=2 bash bench/gpu_session.sh   # gpu tests, throughput on 1 and all GPUs (~9 min)
+# One call holds 10 minutes, so the set comes in parts, each about 9 minutes:
+#   PART=1 bash bench/gpu_session.sh   # gpu tests, the CUDA compile bench, throughput on 1 and all GPUs
+#   PART=2 bash bench/gpu_session.sh   # timing fidelity (5 evaluations) and Nsight Compute agreement
 #   PART=3 bash bench/gpu_session.sh   # the whole suite table through the evaluator, eager and compile
 set -uo pipefail
 case "${PART:-all}" in
-  1) : "${TESTS_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" ;;
-  2) : "${COMPILE_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" ;;
+  1) : "${FIDELITY_S:=0}" "${NCU_S:=0}" ;;
+  2) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" ;;
   3) : "${COMPILE_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" "${TESTS_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${SUITE_S:=540}" ;;
 esac
 OUT=${OUT:-/tmp/ka-out}; mkdir -p "$OUT"
@@ -32,17 +31,17 @@ step() {  # step NAME SECONDS COMMAND...: run, keep the log, print its tail
   echo "== $name: exit $? in $((SECONDS - t0)) s"; tail -${TAIL:-8} "$OUT/$name.log" | cut -c1-${WIDTH:-700}
 }
 CORES16="taskset -c 0-15"
-step compile_speed "${COMPILE_S:-200}" $CORES16 python3 bench/compile_speed.py --device cuda --candidates 1
+step gpu_tests "${TESTS_S:-170}" python3 -m pytest -p no:cacheprovider -q -m gpu -rA ${TESTS:-tests/gpu_workers/test_litebuild.py \
+  tests/gpu_workers/test_gpu_faults.py tests/gpu_workers/test_splitbuild.py::test_split_build_failure_falls_back_to_the_plain_build}
+step compile_speed "${COMPILE_S:-170}" $CORES16 python3 bench/compile_speed.py --device cuda --candidates "${COMPILE_N:-2}"
+TAIL=4 step throughput_1gpu "${TP1_S:-100}" $CORES16 python3 bench/throughput.py --device cuda --build --gpus 1 \
+  --workers 16 --candidates "${TP_N:-32}"
+[ "$GPUS" -gt 1 ] && TAIL=4 step throughput_all_gpus "${TPN_S:-100}" python3 bench/throughput.py --device cuda --build \
+  --gpus "$GPUS" --workers 16 --candidates "${TP_N:-32}"
 TAIL=3 step fidelity "${FIDELITY_S:-220}" python3 bench/eval_timeline.py --device cuda --only gelu --repeat 5 \
   --out "$OUT/fidelity.json"
 [ -f "$OUT/fidelity.json" ] && step ncu "${NCU_S:-90}" python3 bench/ncu_agreement.py --suite-json "$OUT/fidelity.json" \
   --out "$OUT/ncu.json"
-step gpu_tests "${TESTS_S:-200}" python3 -m pytest -p no:cacheprovider -q -m gpu -rA \
-  ${TESTS:-tests/gpu_workers/test_gpu_faults.py tests/gpu_workers/test_splitbuild.py::test_split_build_failure_falls_back_to_the_plain_build}
-TAIL=4 step throughput_1gpu "${TP1_S:-200}" $CORES16 python3 bench/throughput.py --device cuda --build --gpus 1 \
-  --workers 16 --candidates 16
 TAIL=24 step suite "${SUITE_S:-0}" python3 bench/suite_gpu.py --device cuda --baselines eager,compile \
   --timing-budget 0.5 --build-workers 16 --fidelity-runs 0 --out "$OUT/suite.json" --markdown "$OUT/suite.md"
-[ "$GPUS" -gt 1 ] && TAIL=4 step throughput_all_gpus "${TPN_S:-120}" python3 bench/throughput.py --device cuda --build \
-  --gpus "$GPUS" --workers 16 --candidates 16
 exit 0

@@ -92,18 +92,22 @@ def main() -> int:
                 results.append(result)
                 slot = result.timing_stats.get("gpu_slot") or {}
                 print(f"  [{time.perf_counter() - started:6.1f} s] {result.status} in {result.duration_s} s "
-                      f"(compile {(result.compile_ms or 0) / 1e3:.1f} s, GPU slot held {slot.get('held_s', 0)} s, "
-                      f"waited {slot.get('wait_s', 0)} s)", flush=True)
+                      f"(compile {(result.compile_ms or 0) / 1e3:.1f} s, GPU held {slot.get('held_s', 0)} s of which "
+                      f"alone {slot.get('exclusive_s', 0)} s, waited {slot.get('wait_s', 0)} s)", flush=True)
         elapsed = time.perf_counter() - started
         statuses = Counter(r.status for r in results)
         rates[workers] = args.candidates / elapsed * 60
-        busy: dict[int, float] = {}
+        busy: dict[int, float] = {}  # seconds some evaluation held the GPU (shared holders overlap)
+        alone: dict[int, float] = {}  # seconds of timing with the GPU to itself
         for r in results:
             gpu = (r.hardware.get("gpu") or {}).get("index", 0)
-            busy[gpu] = busy.get(gpu, 0.0) + float((r.timing_stats.get("gpu_slot") or {}).get("held_s", 0.0))
+            slot = r.timing_stats.get("gpu_slot") or {}
+            busy[gpu] = busy.get(gpu, 0.0) + float(slot.get("held_s", 0.0))
+            alone[gpu] = alone.get(gpu, 0.0) + float(slot.get("exclusive_s", 0.0))
         compile_s = sorted((r.compile_ms or 0) / 1e3 for r in results if r.compile_ms)
         median_compile = compile_s[len(compile_s) // 2] if compile_s else 0.0
-        occupancy = ", ".join(f"GPU {g} busy {held / elapsed:.0%}" for g, held in sorted(busy.items())
+        occupancy = ", ".join(f"GPU {g}: held {held / elapsed:.0%} of the wall time (over 100%: work overlapped), "
+                              f"timing alone {alone[g] / elapsed:.0%}" for g, held in sorted(busy.items())
                               if args.device == "cuda")
         print(f"{workers} worker(s): {args.candidates} candidates in {elapsed:.1f} s = {rates[workers]:.1f}/min "
               f"{dict(statuses)}; median compile {median_compile:.1f} s; {occupancy or 'no GPU slot'}", flush=True)

@@ -56,18 +56,27 @@ class _Sender:
     only in main()'s locals, which the audit guard keeps out of the candidate's reach.
     """
 
-    def __init__(self, fd: int, key: bytes | None):
+    def __init__(self, fd: int, key: bytes | None, in_fd: int = -1):
         import torch
 
         self._fd = fd
+        self._in_fd = in_fd
         self._key = key
         self._save = torch.save
         self._write = sandbox.write_message
+        self._read = os.read
         self.seq = 0
 
     def __call__(self, phase: str, **payload: Any) -> None:
         self.seq += 1
         self._write(self._fd, {"phase": phase, "seq": self.seq, **payload}, self._key, self._save)
+
+    def gpu_alone(self) -> None:
+        """Ask the parent for the GPU to ourselves (a timing) and wait until it says go; until
+        then other evaluations' work may be running on it (gpuslot)."""
+        self("want_gpu")
+        if self._in_fd < 0 or self._read(self._in_fd, 1) != b"g":
+            raise RuntimeError("the parent did not grant the GPU for timing")
 
 
 # ---- compile ---------------------------------------------------------------------------------
@@ -76,6 +85,11 @@ def _role_compile(setup: dict[str, Any], send: _Sender) -> None:
     from .tasks import exec_source
 
     start = measure._perf_counter()
+    for key, value in (setup.get("env") or {}).items():  # this build's folders and flags (a spare started
+        if value is None:                                  # before they were known)
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
     splitbuild.install()
     try:
         exec_source(setup["kernel_source"], "kernelarena_candidate", "<kernel>")
@@ -219,6 +233,7 @@ def _role_reference(setup: dict[str, Any], send: _Sender) -> None:
             buffers = _fresh(rotation_inputs[0], device)
             with torch.no_grad():
                 fn(*buffers)  # compile / capture outside the measurement
+                send.gpu_alone()
                 send("timing_begin", baseline=name)
                 stats = measure.time_callable(fn, buffers, [_fresh(r, device) for r in rotation_inputs], device,
                                               budget_s=float(setup["timing_budget_s"]),
@@ -437,6 +452,7 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
     buffers = fresh(rotation_inputs[0])
     model = models[0]
     try:
+        send.gpu_alone()
         send("timing_begin")
         with torch.no_grad():
             stats = measure.time_callable(model, buffers, rotations, device,
@@ -471,8 +487,10 @@ def main(argv: list[str]) -> int:
     _harden_process()
     import torch  # noqa: F401 - before the setup arrives: the parent may hold it until the GPU is free
     setup = channel.read_message(in_fd)
-    os.close(in_fd)
-    send = _Sender(out_fd, setup.pop("mac_key", None))
+    if role == "compile":
+        os.close(in_fd)
+        in_fd = -1
+    send = _Sender(out_fd, setup.pop("mac_key", None), in_fd)  # later reads: the parent's go for timing
     try:
         _ROLES[role](setup, send)
     except BaseException as exc:  # noqa: BLE001 - report, never hang the parent

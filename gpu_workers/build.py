@@ -8,11 +8,13 @@ share the folder safely (torch's own file lock); different sources never collide
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import hashlib
 import os
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -109,6 +111,7 @@ def child_env(request: EvalRequest, hardware: dict[str, Any], build: BuildContex
         env["CUDA_VISIBLE_DEVICES"] = ""
     env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root() / "inductor")
     env["TRITON_CACHE_DIR"] = str(cache_root() / "triton")
+    env["KERNELARENA_CACHE_DIR"] = str(cache_root())  # the light-build bridge lives there, built once
     return env
 
 
@@ -168,17 +171,75 @@ def compile_candidate(request: EvalRequest, hardware: dict[str, Any], build: Bui
         return outcome
 
 
+# ---- spare compile children ----------------------------------------------------------------------------
+# Starting Python and importing torch costs a compile child seconds before it compiles anything. We
+# keep spares that have done so and wait for work: a compile takes one (or starts one if none is
+# ready) and starts its replacement, so the next compile finds it ready. Each child still compiles
+# exactly one candidate; a spare has run no candidate code. What differs per build (extensions folder,
+# precompiled header, architectures, jobs) travels in the setup and is applied before the candidate's
+# code runs.
+_PER_BUILD_ENV = ("TORCH_EXTENSIONS_DIR", "CPATH", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "OMP_NUM_THREADS",
+                  "MKL_NUM_THREADS", "KERNELARENA_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+_SWITCHES = ("KERNELARENA_LITE", "KERNELARENA_SPLIT")  # as the worker has them now (None: unset)
+_spares: list[tuple[int, sandbox.Child]] = []  # (the process that started it, the child)
+_spares_lock = threading.Lock()
+
+
+def max_spares() -> int:
+    return int(os.environ.get("KERNELARENA_COMPILE_SPARES", "16"))
+
+
+def _spawn_compile_child() -> sandbox.Child:
+    env = {"CUDA_VISIBLE_DEVICES": "", "TORCHINDUCTOR_CACHE_DIR": str(cache_root() / "inductor"),
+           "TRITON_CACHE_DIR": str(cache_root() / "triton")}
+    return sandbox.spawn("compile", env_extra=env)
+
+
+def _take_compile_child(memory_limit_mb: int) -> tuple[sandbox.Child, bool]:
+    """A compile child (a ready spare when there is one) and whether it was a spare."""
+    child = None
+    me = os.getpid()
+    with _spares_lock:
+        _spares[:] = [(pid, c) for pid, c in _spares if pid == me]  # a forked worker starts its own
+        while _spares and child is None:
+            _, candidate = _spares.pop()
+            if candidate.proc.poll() is None:
+                child = candidate
+            else:
+                candidate.close(wait_s=0.1)
+        if max_spares() > 0 and len(_spares) < max_spares():
+            _spares.append((me, _spawn_compile_child()))  # the next compile's, starting now
+    spare = child is not None
+    if child is None:
+        child = _spawn_compile_child()
+    child.memory_limit_bytes = memory_limit_mb * (1 << 20) if memory_limit_mb else 0
+    return child, spare
+
+
+def close_spares() -> None:
+    with _spares_lock:
+        while _spares:
+            pid, child = _spares.pop()
+            if pid == os.getpid():
+                child.close(wait_s=0.5)
+
+
+atexit.register(close_spares)
+
+
 def _compile_in_child(request: EvalRequest, hardware: dict[str, Any], build: BuildContext) -> CompileOutcome:
     started = time.monotonic()
-    child = sandbox.spawn("compile", env_extra=child_env(request, hardware, build, hide_gpu=True),
-                          memory_limit_mb=request.memory_limit_mb)
+    child, spare = _take_compile_child(request.memory_limit_mb)
+    env = child_env(request, hardware, build, hide_gpu=True)
     with child:
-        child.send({"kernel_source": request.kernel_source})
+        setup_env: dict[str, str | None] = {k: v for k, v in env.items() if k in _PER_BUILD_ENV}
+        setup_env.update({k: os.environ.get(k) for k in _SWITCHES})
+        child.send({"kernel_source": request.kernel_source, "env": setup_env, "spare": spare})
         try:
             message = child.recv(time.monotonic() + request.compile_timeout_s, max_bytes=1 << 20)
         except sandbox.ChildError as exc:
             raise child_failure(exc, child, "compiling the kernel", request.compile_timeout_s) from None
-        log = child.log_tail()
+        log = ("[judge] compiled in a spare child (Python and torch already started)\n" if spare else "") + child.log_tail()
     if message.get("phase") == "compiled":
         return CompileOutcome((time.monotonic() - started) * 1e3, False, log)
     error = str(message.get("error", ""))

@@ -93,7 +93,7 @@ def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | No
              "threads": threads_for(request)}
     child = sandbox.spawn("reference", env_extra=child_env(request, hardware, None, hide_gpu=False),
                           memory_limit_mb=request.memory_limit_mb)
-    with child, gpu_slot(request.device, hardware, slot):  # the child imports torch while we wait
+    with child, gpu_slot(request.device, hardware, slot) as gpu:  # the child imports torch while we wait
         timeline.mark("reference: slot")
         child.send(setup)
         deadline = time.monotonic() + request.run_timeout_s
@@ -110,9 +110,14 @@ def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | No
                 message = child.recv(deadline + request.run_timeout_s * len(wanted))
                 phase = message.get("phase")
                 timeline.mark(f"reference: {phase} {message.get('baseline') or ''}".rstrip())
-                if phase == "timing_begin":
+                if phase == "want_gpu":
+                    deadline += gpu.exclusive()  # waiting for the GPU is not the reference's time
+                    timeline.mark("reference: gpu alone")
+                    child.signal()
+                elif phase == "timing_begin":
                     begin_at = time.monotonic()
                 elif phase == "timing_end":
+                    gpu.shared()
                     wall = (time.monotonic() - begin_at) * 1e3 if begin_at else None
                     stats = message["stats"]
                     overhead = ((wall - stats["total_ms"]) / stats["iterations"]) if wall else None
@@ -175,13 +180,13 @@ def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, 
     max_bytes = 64 * (out_bytes + (1 << 20)) * (request.trials + rotations_for(request.device) + 4)
     child.mac_key = setup["mac_key"] = secrets.token_bytes(32)
     evidence = judge.Evidence()
-    with child, gpu_slot(request.device, hardware, slot):
+    with child, gpu_slot(request.device, hardware, slot) as gpu:
         timeline.mark("candidate: slot")
         child.send(setup)
         budget = request.run_timeout_s + (request.compile_timeout_s if compile_deferred else 0.0)
         deadline = time.monotonic() + budget
         expected = (["ready"] + ["trial"] * request.trials
-                    + ["timing_begin", "timing_end", "timing_outputs", "after", "done"])
+                    + ["want_gpu", "timing_begin", "timing_end", "timing_outputs", "after", "done"])
         received = 0
         timing_began = None
         try:
@@ -213,9 +218,14 @@ def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, 
                         raise _Forged(make_finding(rule_set, "forged_result", "trial messages out of order"),
                                       child.log_tail())
                     evidence.trials.append(message)
+                elif phase == "want_gpu":
+                    deadline += gpu.exclusive()  # waiting for the GPU is not the candidate's time
+                    timeline.mark("candidate: gpu alone")
+                    child.signal()
                 elif phase == "timing_begin":
                     timing_began = time.monotonic()
                 elif phase == "timing_end":
+                    gpu.shared()
                     evidence.timing_wall_ms = (time.monotonic() - timing_began) * 1e3 if timing_began else None
                     evidence.timing = message["stats"]
                 elif phase == "timing_outputs":

@@ -1,14 +1,19 @@
-"""One evaluation's code on a GPU at a time, however many evaluations are in flight.
+"""Honest timings on a shared GPU: work overlaps, timing runs alone.
 
-Timings are only honest when nothing else runs on the GPU: a neighbour's kernels steal SMs and
-bandwidth (and a neighbour's baseline measured during our run would flatter us). Pools therefore
-overlap what needs no GPU (compiling, starting a child and importing torch) and serialise what
-does: a child is spawned first, and only when the evaluation holds its GPU's slot does it receive
-its setup, so no task or candidate code runs outside the slot.
+A neighbour's kernels steal SMs and bandwidth, so a timing is only honest when nothing else runs on
+the GPU; but most of an evaluation's GPU work (making inputs, the reference outputs, correctness
+trials) may overlap with other evaluations' work. Each GPU therefore has a readers-writer lock:
 
-The slot is an exclusive ``flock`` on a file named after the GPU's UUID, so it holds across
-threads (each acquisition opens its own descriptor), across worker processes (several Celery
-workers on one node) and across Ray actors that see the same GPU under different indices.
+- an evaluation's children run their GPU work holding it *shared* (many at once);
+- before a timing (the candidate's, or a baseline's) the child asks its parent, which takes it
+  *exclusive* and only then lets the child start; afterwards it goes back to shared.
+
+A turnstile gives a waiting timer priority: while one waits, no new shared holder enters, so the
+holders drain and the timer gets the GPU. The locks are ``flock``s on files named after the GPU's UUID,
+so they hold across threads (each acquisition opens its own descriptors), across worker processes
+(several Celery workers on one node) and across Ray actors that see the same GPU under different
+indices. A child is spawned first and receives its setup only once its evaluation holds the lock, so
+no task or candidate code touches the GPU outside it.
 """
 
 from __future__ import annotations
@@ -27,14 +32,18 @@ from .build import cache_root
 
 @dataclass
 class SlotUse:
-    """Seconds waited for and held, summed over an evaluation's phases."""
+    """Seconds waited for and held (shared or exclusive), summed over an evaluation's phases."""
 
     wait_s: float = 0.0
     held_s: float = 0.0
+    exclusive_s: float = 0.0
     acquisitions: int = 0
+    exclusive_acquisitions: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"wait_s": round(self.wait_s, 3), "held_s": round(self.held_s, 3), "acquisitions": self.acquisitions}
+        return {"wait_s": round(self.wait_s, 3), "held_s": round(self.held_s, 3),
+                "exclusive_s": round(self.exclusive_s, 3), "acquisitions": self.acquisitions,
+                "exclusive_acquisitions": self.exclusive_acquisitions}
 
 
 def exclusive() -> bool:
@@ -47,26 +56,75 @@ def slot_name(hardware: dict[str, Any]) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", str(ident))[:120]
 
 
-@contextmanager
-def gpu_slot(device: str, hardware: dict[str, Any], use: SlotUse | None = None) -> Iterator[None]:
-    """Hold the GPU for the block (a no-op on the CPU or with KERNELARENA_GPU_EXCLUSIVE=0)."""
-    if device != "cuda" or not exclusive():
-        yield
-        return
-    folder = cache_root() / "locks"
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / f"gpu-{slot_name(hardware)}.lock", os.O_CREAT | os.O_RDWR, 0o600)
-    asked = time.monotonic()
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        got = time.monotonic()
+class GpuSlot:
+    """One evaluation phase's hold on its GPU: shared for work, exclusive for timing."""
+
+    def __init__(self, device: str, hardware: dict[str, Any], use: SlotUse | None = None):
+        self.active = device == "cuda" and exclusive()
+        self.use = use if use is not None else SlotUse()
+        self._lock = self._turnstile = -1
+        self._mode = 0  # 0: none, LOCK_SH or LOCK_EX
+        self._since = 0.0
+        if self.active:
+            folder = cache_root() / "locks"
+            folder.mkdir(parents=True, exist_ok=True)
+            name = slot_name(hardware)
+            self._lock = os.open(folder / f"gpu-{name}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+            self._turnstile = os.open(folder / f"gpu-{name}.turnstile", os.O_CREAT | os.O_RDWR, 0o600)
+
+    def _take(self, mode: int) -> float:
+        asked = time.monotonic()
+        fcntl.flock(self._turnstile, fcntl.LOCK_EX)  # behind any timer already waiting
         try:
-            yield
+            fcntl.flock(self._lock, mode)
         finally:
-            if use is not None:
-                use.wait_s += got - asked
-                use.held_s += time.monotonic() - got
-                use.acquisitions += 1
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            fcntl.flock(self._turnstile, fcntl.LOCK_UN)
+        got = time.monotonic()
+        self.use.wait_s += got - asked
+        self._mode, self._since = mode, got
+        return got - asked
+
+    def _drop(self) -> None:
+        if self._mode:
+            held = time.monotonic() - self._since
+            self.use.held_s += held
+            if self._mode == fcntl.LOCK_EX:
+                self.use.exclusive_s += held
+            fcntl.flock(self._lock, fcntl.LOCK_UN)
+            self._mode = 0
+
+    def shared(self) -> float:
+        """Hold the GPU for work that may overlap with other evaluations' work; returns seconds waited."""
+        if not self.active or self._mode == fcntl.LOCK_SH:
+            return 0.0
+        self._drop()
+        self.use.acquisitions += 1
+        return self._take(fcntl.LOCK_SH)
+
+    def exclusive(self) -> float:
+        """Hold the GPU alone (a timing); returns seconds waited."""
+        if not self.active or self._mode == fcntl.LOCK_EX:
+            return 0.0
+        self._drop()  # flock cannot upgrade in place: leave, then queue as a timer
+        self.use.exclusive_acquisitions += 1
+        return self._take(fcntl.LOCK_EX)
+
+    def close(self) -> None:
+        if self.active:
+            self._drop()
+            os.close(self._lock)
+            os.close(self._turnstile)
+            self.active = False
+
+
+@contextmanager
+def gpu_slot(device: str, hardware: dict[str, Any], use: SlotUse | None = None,
+             mode: str = "shared") -> Iterator[GpuSlot]:
+    """Hold the GPU for the block, shared or exclusive (a no-op on the CPU or with
+    KERNELARENA_GPU_EXCLUSIVE=0); the slot can switch modes inside the block."""
+    slot = GpuSlot(device, hardware, use)
+    try:
+        slot.exclusive() if mode == "exclusive" else slot.shared()
+        yield slot
     finally:
-        os.close(fd)
+        slot.close()

@@ -32,7 +32,7 @@ _ENV_KEEP = (
     "PATH", "LANG", "LC_ALL", "TZ", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "CC", "CXX",
     "NVCC_CCBIN", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
     "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "TRITON_CACHE_DIR",
-    "TORCHINDUCTOR_CACHE_DIR", "VIRTUAL_ENV",
+    "TORCHINDUCTOR_CACHE_DIR", "VIRTUAL_ENV", "KERNELARENA_LITE", "KERNELARENA_SPLIT",
 )
 
 
@@ -122,6 +122,13 @@ class Child:
         thread = threading.Thread(target=pump, daemon=True)
         thread.start()
         return thread
+
+    def signal(self, byte: bytes = b"g") -> None:
+        """One byte to a child waiting on its input (its go for a timing); a dead child is ignored."""
+        try:
+            os.write(self.to_child, byte)
+        except OSError:
+            pass
 
     # --- receiving -----------------------------------------------------------------------
     def _wait_readable(self, deadline: float, next_rss_check: list[float]) -> bool:

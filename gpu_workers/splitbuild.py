@@ -24,6 +24,7 @@ import functools
 import inspect
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -374,9 +375,10 @@ def _is_mutable_variable(text: str) -> bool:
 # ---- load_inline with the split ---------------------------------------------------------------------
 def install() -> bool:
     """Replace ``torch.utils.cpp_extension.load_inline`` in this process (a compile or candidate
-    child) with one that tries the split build first. Off when ``KERNELARENA_SPLIT=0``, without
-    ``TORCH_EXTENSIONS_DIR`` (only our children set it) or on a torch without ``no_implicit_headers``."""
-    if os.environ.get("KERNELARENA_SPLIT", "1") == "0" or not os.environ.get("TORCH_EXTENSIONS_DIR"):
+    child) with one that tries the light build first (``litebuild``), then the split build, then the
+    plain one. Off without ``TORCH_EXTENSIONS_DIR`` (only our children set it) or on a torch without
+    ``no_implicit_headers``; ``KERNELARENA_LITE=0`` and ``KERNELARENA_SPLIT=0`` turn off one path each."""
+    if not os.environ.get("TORCH_EXTENSIONS_DIR"):
         return False
     from torch.utils import cpp_extension
 
@@ -385,21 +387,41 @@ def install() -> bool:
     if "no_implicit_headers" not in signature.parameters:
         return False
 
+    from . import litebuild
+
+    def note(text: str) -> None:  # the compile log says which build made the module
+        print(f"[kernelarena] {text}", file=sys.stderr, flush=True)
+
+    def fell_back(marker: Path, name: str, exc: BaseException) -> None:
+        note(f"{name}: {marker.name.split('-')[0]} build failed ({type(exc).__name__}); trying the next build")
+        marker.write_text(f"{type(exc).__name__}: {exc}"[-8000:])
+        versioner = getattr(cpp_extension, "JIT_EXTENSION_VERSIONER", None)
+        if versioner is not None and hasattr(versioner, "entries"):
+            versioner.entries.pop(name, None)  # the next build of this name starts at version 0 too
+
     @functools.wraps(original)
     def load_inline(*args: Any, **kwargs: Any) -> Any:
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
+        lite = litebuild.plan(dict(bound.arguments))
+        if lite is not None:
+            try:
+                module = litebuild.load(lite, original)
+                note(f"{bound.arguments['name']}: light build")
+                return module
+            except Exception as exc:  # noqa: BLE001 - a failed light build falls back to the split one
+                fell_back(lite.marker, str(bound.arguments["name"]), exc)
         plan = _split_arguments(dict(bound.arguments))
         if plan is None:
+            note(f"{bound.arguments['name']}: plain build")
             return original(*args, **kwargs)
         split_args, marker = plan
         try:
-            return original(**split_args)
+            module = original(**split_args)
+            note(f"{split_args['name']}: split build")
+            return module
         except Exception as exc:  # noqa: BLE001 - a failed split falls back to the plain build
-            marker.write_text(f"{type(exc).__name__}: {exc}"[-8000:])
-            versioner = getattr(cpp_extension, "JIT_EXTENSION_VERSIONER", None)
-            if versioner is not None and hasattr(versioner, "entries"):
-                versioner.entries.pop(split_args["name"], None)  # the plain build starts at version 0 too
+            fell_back(marker, split_args["name"], exc)
             return original(*args, **kwargs)
 
     cpp_extension.load_inline = load_inline
@@ -407,6 +429,8 @@ def install() -> bool:
 
 
 def _split_arguments(arguments: dict[str, Any]) -> tuple[dict[str, Any], Path] | None:
+    if os.environ.get("KERNELARENA_SPLIT", "1") == "0":
+        return None
     cuda_sources = arguments.get("cuda_sources")
     if not cuda_sources or arguments.get("no_implicit_headers") or arguments.get("build_directory") \
             or arguments.get("sycl_sources") or arguments.get("use_pch"):

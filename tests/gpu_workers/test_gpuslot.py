@@ -1,4 +1,4 @@
-"""GPU slots: one evaluation's code per GPU at a time, across threads and processes."""
+"""GPU slots: work overlaps, timings run alone, across threads and processes."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ H200_A = {"name": "NVIDIA H200", "gpu": {"index": 0, "uuid": "GPU-aaaa-1111"}}
 H200_B = {"name": "NVIDIA H200", "gpu": {"index": 1, "uuid": "GPU-bbbb-2222"}}
 
 
-def _hold(hardware, log, label, seconds=0.15):
-    with gpu_slot("cuda", hardware):
+def _hold(hardware, log, label, seconds=0.15, mode="exclusive"):
+    with gpu_slot("cuda", hardware, mode=mode):
         log.append((label, "in", time.monotonic()))
         time.sleep(seconds)
         log.append((label, "out", time.monotonic()))
@@ -31,7 +31,7 @@ def _overlaps(log) -> bool:
     return False
 
 
-def test_threads_on_one_gpu_never_overlap_and_two_gpus_do():
+def test_timings_on_one_gpu_never_overlap_and_two_gpus_do():
     same: list = []
     threads = [threading.Thread(target=_hold, args=(H200_A, same, i)) for i in range(4)]
     for t in threads:
@@ -50,7 +50,7 @@ def test_threads_on_one_gpu_never_overlap_and_two_gpus_do():
 
 
 def _hold_in_process(queue):
-    with gpu_slot("cuda", H200_A):
+    with gpu_slot("cuda", H200_A, mode="exclusive"):
         queue.put(("in", time.monotonic()))
         time.sleep(0.3)
         queue.put(("out", time.monotonic()))
@@ -68,13 +68,53 @@ def test_the_slot_holds_across_worker_processes():
     assert not _overlaps([(0, kind, at) for kind, at in events])
 
 
-def test_use_adds_up_waits_and_holds_and_cpu_takes_no_slot():
+def test_work_overlaps_but_never_with_a_timing():
+    log: list = []
+    workers = [threading.Thread(target=_hold, args=(H200_A, log, i, 0.3, "shared")) for i in range(3)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    assert _overlaps(log)  # shared holders run together
+
+    mixed: list = []
+    threads = [threading.Thread(target=_hold, args=(H200_A, mixed, "work", 0.3, "shared")),
+               threading.Thread(target=_hold, args=(H200_A, mixed, "timing", 0.2, "exclusive"))]
+    threads[0].start()
+    time.sleep(0.05)
+    threads[1].start()
+    for t in threads:
+        t.join()
+    assert not _overlaps(mixed)
+
+
+def test_a_waiting_timing_goes_before_work_that_arrives_after_it():
+    log: list = []
+    first = threading.Thread(target=_hold, args=(H200_A, log, "work-1", 0.4, "shared"))
+    timer = threading.Thread(target=_hold, args=(H200_A, log, "timing", 0.2, "exclusive"))
+    late = threading.Thread(target=_hold, args=(H200_A, log, "work-2", 0.1, "shared"))
+    first.start()
+    time.sleep(0.1)
+    timer.start()  # queued behind work-1
+    time.sleep(0.1)
+    late.start()  # arrives while the timer waits: it must not starve the timer
+    for t in (first, timer, late):
+        t.join()
+    entered = [label for label, kind, _ in sorted(log, key=lambda e: e[2]) if kind == "in"]
+    assert entered == ["work-1", "timing", "work-2"]
+
+
+def test_a_slot_switches_between_work_and_timing_and_counts_both():
     use = SlotUse()
-    with gpu_slot("cuda", H200_A, use):
+    with gpu_slot("cuda", H200_A, use) as slot:
         time.sleep(0.05)
+        slot.exclusive()
+        time.sleep(0.05)
+        slot.shared()
     with gpu_slot("cuda", H200_A, use):
         pass
-    assert use.acquisitions == 2 and use.held_s >= 0.05
+    assert use.acquisitions == 3 and use.exclusive_acquisitions == 1
+    assert use.held_s >= 0.1 and 0.05 <= use.exclusive_s < use.held_s
     cpu_use = SlotUse()
     with gpu_slot("cpu", {"name": "cpu"}, cpu_use):
         pass

@@ -234,7 +234,7 @@ print("identical")
 ''')
     (tmp_path / "kernel.cu").write_text(TYPICAL)
     root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext"), "KERNELARENA_LITE": "0"}  # the split alone
     done = subprocess.run([sys.executable, str(script), str(root), str(tmp_path / "kernel.cu")], env=env,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0 and "identical" in done.stdout, done.stderr[-3000:]

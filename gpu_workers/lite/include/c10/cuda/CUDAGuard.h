@@ -1,0 +1,3 @@
+// Light stand-in for PyTorch's <c10/cuda/CUDAGuard.h> (see kernelarena_lite.h).
+#pragma once
+#include <kernelarena_lite.h>

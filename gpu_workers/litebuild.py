@@ -1,0 +1,174 @@
+"""Light builds: a candidate's host code compiled against light headers, in about a second.
+
+Even with a precompiled header, g++ spends several seconds on every unit that includes
+``torch/extension.h`` (template instantiation at the end of the unit; no header cache removes it).
+The candidate's own host code is short. So we compile it against ``lite/include``: stand-ins for the
+PyTorch headers candidates include, which declare the everyday C++ API (``kernelarena_lite.h``).
+Every call goes to PyTorch itself through a bridge extension built once per toolchain
+(``lite/bridge.cpp``): tensor queries read the real tensor, operators run through PyTorch's dispatcher
+by schema name, the stream is PyTorch's current stream. The CUDA source is compiled whole by nvcc
+against the same light headers, so templated kernels and AT_DISPATCH work as written.
+
+torch's ``load_inline`` still writes, builds (same flags, same ninja) and loads the library; the bridge
+binds the functions the candidate's ``PYBIND11_MODULE`` (or ``functions=``) defines and converts
+arguments and results as pybind11 would. Code that needs more than the light headers offer fails to
+compile in about a second and takes the split build, then the plain one, so what a candidate may write
+is not narrowed and results are those of the same kernels and the same PyTorch operators.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.util
+import os
+import re
+import sys
+import types
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+
+LITE = Path(__file__).resolve().parent / "lite"
+INCLUDE = LITE / "include"
+ABI = LITE / "abi"
+TORCH_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]((?:torch|ATen|c10|pybind11|caffe2)/[^>"]+)[>"]', re.M)
+# what the light headers cannot stand in for: custom operator registration, autograd, Python objects
+NOT_LITE = re.compile(r"\bTORCH_LIBRARY\w*|\bautograd\b|\bpy::(?:object|module_::import|class_|handle|array)|"
+                      r"\bc10::intrusive_ptr|\bat::native\b|\bPYBIND11_(?!MODULE\b)\w+")
+
+
+@lru_cache(maxsize=1)
+def shadowed_headers() -> frozenset[str]:
+    return frozenset(str(p.relative_to(INCLUDE)) for p in INCLUDE.rglob("*.h") if p.parent != INCLUDE)
+
+
+def lite_source_problem(host: str) -> str | None:
+    """Why this host code cannot take the light build (None: it may; the compiler has the last word)."""
+    for match in TORCH_INCLUDE.finditer(host):
+        if match.group(1) not in shadowed_headers():
+            return f"includes <{match.group(1)}>"
+    found = NOT_LITE.search(host)
+    return f"uses {found.group(0)}" if found else None
+
+
+def module_definition(functions: Any) -> str:
+    """The binding torch's ``load_inline`` generates for ``functions=`` (same text, same names)."""
+    if isinstance(functions, str):
+        functions = [functions]
+    if isinstance(functions, list):
+        functions = {f: f for f in functions}
+    if not isinstance(functions, dict):
+        raise ValueError(f"Expected 'functions' to be a list or dict, but was {type(functions)}")
+    lines = ["PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {"]
+    lines += [f'm.def("{name}", torch::wrap_pybind_function({name}), "{doc}");' for name, doc in functions.items()]
+    return "\n".join(lines + ["}"])
+
+
+@dataclass
+class LitePlan:
+    arguments: dict[str, Any]
+    marker: Path
+
+
+def plan(arguments: dict[str, Any]) -> LitePlan | None:
+    """load_inline's arguments for the light build of this call, or None where it does not apply."""
+    if os.environ.get("KERNELARENA_LITE", "1") == "0" or not os.environ.get("TORCH_EXTENSIONS_DIR"):
+        return None
+    if arguments.get("no_implicit_headers") or arguments.get("build_directory") or arguments.get("sycl_sources") \
+            or arguments.get("use_pch") or not arguments.get("is_python_module", True):
+        return None
+    name = str(arguments["name"])
+    if not re.fullmatch(r"[A-Za-z_]\w*", name):
+        return None
+    build_dir = Path(os.environ["TORCH_EXTENSIONS_DIR"]) / "kernelarena-lite" / name
+    marker = build_dir / "lite-failed.log"
+    if marker.exists():
+        return None
+    cpp_sources = arguments.get("cpp_sources") or []
+    host_parts = [cpp_sources] if isinstance(cpp_sources, str) else list(cpp_sources)
+    cuda_sources = arguments.get("cuda_sources") or []
+    device_parts = [cuda_sources] if isinstance(cuda_sources, str) else list(cuda_sources)
+    host = "\n".join(["#include <torch/extension.h>", *host_parts])
+    if arguments.get("functions") is not None:
+        host += "\n" + module_definition(arguments["functions"])
+    # The CUDA unit gets what load_inline would put first, from the light headers too.
+    device = "\n".join(["#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>", *device_parts])
+    if "PYBIND11_MODULE" not in host + (device if device_parts else ""):
+        return None
+    if lite_source_problem(host + "\n" + (device if device_parts else "")) is not None:
+        return None
+    with_cuda = bool(device_parts) if arguments.get("with_cuda") is None else bool(arguments["with_cuda"])
+    cflags = list(arguments.get("extra_cflags") or []) + ["-fvisibility=hidden"]
+    cuda_cflags = list(arguments.get("extra_cuda_cflags") or [])
+    if with_cuda:
+        cflags.append("-DKA_LITE_CUDA")
+        cuda_cflags += ["-DKA_LITE_CUDA", "-Xcompiler", "-fvisibility=hidden"]
+    build_dir.mkdir(parents=True, exist_ok=True)
+    lite_args = dict(arguments)
+    lite_args.update(cpp_sources=[host], cuda_sources=[device] if device_parts else None, functions=None,
+                     extra_cflags=cflags, extra_cuda_cflags=cuda_cflags,
+                     extra_include_paths=[str(INCLUDE), *(arguments.get("extra_include_paths") or [])],
+                     build_directory=str(build_dir), no_implicit_headers=True, is_python_module=False,
+                     with_cuda=with_cuda)
+    return LitePlan(lite_args, marker)
+
+
+def load(lite: LitePlan, load_inline: Any) -> types.ModuleType:
+    """Build (or find built) and bind; raises on any failure (the caller falls back)."""
+    bridge = bridge_module(bool(lite.arguments.get("with_cuda")))
+    path = load_inline(**lite.arguments)
+    module = types.ModuleType(str(lite.arguments["name"]))
+    module.__file__ = str(path)
+    for name, function in bridge.bind(str(path)):
+        setattr(module, name, function)
+    return module
+
+
+# ---- the bridge, built once per toolchain -------------------------------------------------------------
+def _bridge_source() -> str:
+    return (LITE / "bridge.cpp").read_text()
+
+
+@lru_cache(maxsize=2)
+def bridge_module(with_cuda: bool) -> types.ModuleType:
+    """The bridge extension for this toolchain, built into the cache on first use (under a lock)."""
+    from torch.utils import cpp_extension
+
+    from .build import cache_root, toolchain_id
+
+    source = _bridge_source()
+    key = hashlib.sha256("\0".join([source, (ABI / "kernelarena_abi.h").read_text(),
+                                    toolchain_id("cuda" if with_cuda else "cpu"), str(with_cuda)]).encode())
+    name = f"kernelarena_bridge_{key.hexdigest()[:16]}"
+    folder = cache_root() / "lite" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    existing = sys.modules.get(name)
+    if existing is not None:
+        return existing
+    done, failed = folder / "bridge.ok", folder / "bridge-failed.log"
+    if not done.exists():
+        with open(folder / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one build per toolchain, however many children ask
+            if failed.exists():
+                raise RuntimeError(f"the light-build bridge failed to build earlier: see {failed}")
+            if not done.exists():
+                try:
+                    module = cpp_extension.load_inline(
+                        name=name, cpp_sources=[source], build_directory=str(folder), extra_include_paths=[str(ABI)],
+                        with_cuda=with_cuda, extra_cflags=["-DKA_WITH_CUDA"] if with_cuda else [], verbose=False)
+                except Exception as exc:
+                    failed.write_text(f"{type(exc).__name__}: {exc}"[-20000:])
+                    raise
+                done.touch()
+                sys.modules[name] = module
+                return module
+    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.so")
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load the light-build bridge from {folder}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    return module
