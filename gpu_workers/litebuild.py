@@ -30,7 +30,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-
 LITE = Path(__file__).resolve().parent / "lite"
 INCLUDE = LITE / "include"
 ABI = LITE / "abi"
