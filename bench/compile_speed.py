@@ -111,7 +111,7 @@ def plain_build(source_path: Path, device: str, ext_dir: Path, out: Path) -> flo
     return time.perf_counter() - started
 
 
-def ours_build(source: str, device: str, hardware: dict) -> tuple[float, object]:
+def ours_build(source: str, device: str, hardware: dict, show_log: bool = False) -> tuple[float, object]:
     from gpu_workers.build import build_context, compile_candidate
     from gpu_workers.schema import EvalRequest
 
@@ -122,6 +122,10 @@ def ours_build(source: str, device: str, hardware: dict) -> tuple[float, object]
     elapsed = time.perf_counter() - started
     if outcome.deferred:
         raise RuntimeError(f"our build did not complete: {outcome.log[-2000:]}")
+    if show_log:  # where our time went, as the compile child reports it
+        for line in outcome.log.splitlines():
+            if line.startswith(("[kernelarena]", "[judge]")):
+                print(f"  {line}")
     return elapsed, build
 
 
@@ -157,6 +161,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--candidates", type=int, default=3)
+    parser.add_argument("--extra-ours", type=int, default=0,
+                        help="more distinct candidates through our path only (compared with the same run's median)")
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = parser.parse_args()
 
@@ -190,7 +196,7 @@ def main() -> int:
         src_plain.write_text(candidate(args.device, index, "plain"))
         src_ours.write_text(candidate(args.device, index, "ours"))
         t_plain = plain_build(src_plain, args.device, work / f"plain_ext_{index}", work / f"plain_{index}.pt")
-        t_ours, built = ours_build(src_ours.read_text(), args.device, hardware)
+        t_ours, built = ours_build(src_ours.read_text(), args.device, hardware, show_log=True)
         run_built(src_ours, args.device, built, work / f"ours_{index}.pt")
         same = torch.equal(torch.load(work / f"plain_{index}.pt"), torch.load(work / f"ours_{index}.pt"))
         identical &= same
@@ -202,9 +208,13 @@ def main() -> int:
             print(f"  {label} steps: " + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(steps.items())))
         print(f"  ours took the {build_path(built.ext_dir)} path")
 
+    for index in range(args.candidates + 1, args.candidates + 1 + args.extra_ours):
+        t_ours, built = ours_build(candidate(args.device, index, "ours"), args.device, hardware, show_log=True)
+        our_times.append(t_ours)
+        print(f"candidate {index} (ours only): {t_ours:.2f} s, the {build_path(built.ext_dir)} path")
     plain_med, ours_med = statistics.median(plain_times), statistics.median(our_times)
-    print(f"median cold compile-and-load: load_inline {plain_med:.1f} s, ours {ours_med:.1f} s "
-          f"(worst {max(our_times):.1f} s)")
+    print(f"median cold compile-and-load: load_inline {plain_med:.1f} s ({len(plain_times)} candidates), "
+          f"ours {ours_med:.2f} s ({len(our_times)} candidates, worst {max(our_times):.2f} s)")
     print(f"outputs identical on every candidate: {identical}")
     if args.json:
         Path(args.json).write_text(json.dumps({"device": args.device, "hardware": hardware, "load_inline_s": plain_times,

@@ -10,10 +10,14 @@
 #   PART=1 bash bench/gpu_session.sh   # gpu tests, the CUDA compile bench, throughput on 1 and all GPUs
 #   PART=2 bash bench/gpu_session.sh   # timing fidelity (5 evaluations) and Nsight Compute agreement
 #   PART=3 bash bench/gpu_session.sh   # the whole suite table through the evaluator, eager and compile
+#   PART=4 bash bench/gpu_session.sh   # a short pass over all of it (fault test, compile, throughput at 1M
+#                                      # elements, fidelity, ncu) for a session with ~9 minutes left
 set -uo pipefail
 case "${PART:-all}" in
   1) : "${FIDELITY_S:=0}" "${NCU_S:=0}" ;;
   2) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" ;;
+  4) : "${TESTS:=tests/gpu_workers/test_gpu_faults.py}" "${TESTS_S:=110}" "${COMPILE_S:=100}" "${COMPILE_N:=1}" \
+       "${EXTRA_OURS:=3}" "${TP1_S:=80}" "${TP_SIZE:=1048576}" "${TPN_S:=0}" "${FIDELITY_S:=130}" "${NCU_S:=55}" ;;
   3) : "${COMPILE_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" "${TESTS_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${SUITE_S:=540}" ;;
 esac
 OUT=${OUT:-/tmp/ka-out}; mkdir -p "$OUT"
@@ -33,11 +37,12 @@ step() {  # step NAME SECONDS COMMAND...: run, keep the log, print its tail
 CORES16="taskset -c 0-15"
 step gpu_tests "${TESTS_S:-170}" python3 -m pytest -p no:cacheprovider -q -m gpu -rA ${TESTS:-tests/gpu_workers/test_litebuild.py \
   tests/gpu_workers/test_gpu_faults.py tests/gpu_workers/test_splitbuild.py::test_split_build_failure_falls_back_to_the_plain_build}
-step compile_speed "${COMPILE_S:-170}" $CORES16 python3 bench/compile_speed.py --device cuda --candidates "${COMPILE_N:-2}"
+step compile_speed "${COMPILE_S:-170}" $CORES16 python3 bench/compile_speed.py --device cuda --candidates "${COMPILE_N:-2}" \
+  --extra-ours "${EXTRA_OURS:-0}"
 TAIL=4 step throughput_1gpu "${TP1_S:-100}" $CORES16 python3 bench/throughput.py --device cuda --build --gpus 1 \
-  --workers 16 --candidates "${TP_N:-32}"
+  --workers 16 --candidates "${TP_N:-32}" --size "${TP_SIZE:-0}"
 [ "$GPUS" -gt 1 ] && TAIL=4 step throughput_all_gpus "${TPN_S:-100}" python3 bench/throughput.py --device cuda --build \
-  --gpus "$GPUS" --workers 16 --candidates "${TP_N:-32}"
+  --gpus "$GPUS" --workers 16 --candidates "${TP_N:-32}" --size "${TP_SIZE:-0}"
 TAIL=3 step fidelity "${FIDELITY_S:-220}" python3 bench/eval_timeline.py --device cuda --only gelu --repeat 5 \
   --out "$OUT/fidelity.json"
 [ -f "$OUT/fidelity.json" ] && step ncu "${NCU_S:-90}" python3 bench/ncu_agreement.py --suite-json "$OUT/fidelity.json" \

@@ -69,8 +69,11 @@ def main() -> int:
     parser.add_argument("--build", action="store_true", help="distinct native builds (compile-heavy)")
     parser.add_argument("--gpus", type=int, default=0, help="spread CUDA evaluations over this many GPUs")
     parser.add_argument("--timing-budget", type=float, default=0.2)
+    parser.add_argument("--size", type=int, default=0, help="elements per input (default: the task's profile)")
     args = parser.parse_args()
 
+    task = TASK if not args.size else TASK.replace('PROFILES = {"cpu": {"N": 1 << 16}, "cuda": {"N": 1 << 24}}',
+                                                    f'PROFILES = {{"cpu": {{"N": {args.size}}}, "cuda": {{"N": {args.size}}}}}')
     from gpu_workers import EvalRequest
     from gpu_workers.pool import LocalPool
 
@@ -81,7 +84,7 @@ def main() -> int:
         for i in range(args.candidates):
             index = offset + i
             source = build_candidate(args.device, index) if args.build else OPEN_CANDIDATE.format(index=index)
-            requests.append(EvalRequest(task_source=TASK, kernel_source=source, device=args.device,
+            requests.append(EvalRequest(task_source=task, kernel_source=source, device=args.device,
                                         track="strict" if args.build else "open", baselines=("eager",),
                                         timing_budget_s=args.timing_budget))
         offset += args.candidates

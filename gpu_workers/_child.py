@@ -96,7 +96,9 @@ def _role_compile(setup: dict[str, Any], send: _Sender) -> None:
     except BaseException as exc:  # noqa: BLE001 - candidate code
         send("compile_failed", build_error=_is_build_error(exc), error=_short_traceback(exc))
         return
-    send("compiled", ms=(measure._perf_counter() - start) * 1e3)
+    elapsed = measure._perf_counter() - start
+    print(f"[kernelarena] the compile child ran the candidate's module in {elapsed:.2f} s", file=sys.stderr, flush=True)
+    send("compiled", ms=elapsed * 1e3)
 
 
 # ---- shared helpers ----------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import importlib.util
 import os
 import re
 import sys
+import time
 import types
 from dataclasses import dataclass
 from functools import lru_cache
@@ -116,13 +117,19 @@ def plan(arguments: dict[str, Any]) -> LitePlan | None:
 
 
 def load(lite: LitePlan, load_inline: Any) -> types.ModuleType:
-    """Build (or find built) and bind; raises on any failure (the caller falls back)."""
+    """Build (or find built) and bind; raises on any failure (the caller falls back). The seconds
+    each step took are kept in ``module.__kernelarena_steps__`` (the compile log shows them)."""
+    started = time.perf_counter()
     bridge = bridge_module(bool(lite.arguments.get("with_cuda")))
+    bridged = time.perf_counter()
     path = load_inline(**lite.arguments)
+    built = time.perf_counter()
     module = types.ModuleType(str(lite.arguments["name"]))
     module.__file__ = str(path)
     for name, function in bridge.bind(str(path)):
         setattr(module, name, function)
+    module.__kernelarena_steps__ = {"bridge_s": bridged - started, "build_and_load_s": built - bridged,
+                                    "bind_s": time.perf_counter() - built}
     return module
 
 

@@ -407,7 +407,8 @@ def install() -> bool:
         if lite is not None:
             try:
                 module = litebuild.load(lite, original)
-                note(f"{bound.arguments['name']}: light build")
+                steps = ", ".join(f"{k[:-2]} {v:.2f} s" for k, v in module.__kernelarena_steps__.items())
+                note(f"{bound.arguments['name']}: light build ({steps})")
                 return module
             except Exception as exc:  # noqa: BLE001 - a failed light build falls back to the split one
                 fell_back(lite.marker, str(bound.arguments["name"]), exc)
