@@ -139,7 +139,8 @@ def run_built(source_path: Path, device: str, build, out: Path) -> None:
 
 def build_path(folder: Path) -> str:
     """Which of our builds made the extension: light, split or plain (a failed path leaves a marker)."""
-    for path, marker in (("light", "kernelarena-lite"), ("split", "kernelarena-split")):
+    for path, marker in (("light+split", "kernelarena-lite-split"), ("light", "kernelarena-lite"),
+                         ("split", "kernelarena-split")):
         for built in (folder / marker).glob("*"):
             if not any(built.glob("*-failed.log")) and any(built.glob("*.so")):
                 return path

@@ -81,10 +81,12 @@ class _Sender:
 
 # ---- compile ---------------------------------------------------------------------------------
 def _role_compile(setup: dict[str, Any], send: _Sender) -> None:
-    from . import measure, splitbuild
+    import time
+
+    from . import splitbuild
     from .tasks import exec_source
 
-    start = measure._perf_counter()
+    start = time.perf_counter()
     for key, value in (setup.get("env") or {}).items():  # this build's folders and flags (a spare started
         if value is None:                                  # before they were known)
             os.environ.pop(key, None)
@@ -96,7 +98,7 @@ def _role_compile(setup: dict[str, Any], send: _Sender) -> None:
     except BaseException as exc:  # noqa: BLE001 - candidate code
         send("compile_failed", build_error=_is_build_error(exc), error=_short_traceback(exc))
         return
-    elapsed = measure._perf_counter() - start
+    elapsed = time.perf_counter() - start
     print(f"[kernelarena] the compile child ran the candidate's module in {elapsed:.2f} s", file=sys.stderr, flush=True)
     send("compiled", ms=elapsed * 1e3)
 
@@ -482,12 +484,24 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
 
 
 _ROLES = {"compile": _role_compile, "reference": _role_reference, "candidate": _role_candidate}
+# Imported while the child waits for its setup (a spare, or a child started early), not after it
+# arrives: measure pulls in torch._dynamo, over a second of imports. No candidate code runs before.
+_PRELOAD = {"compile": ("splitbuild", "litebuild", "tasks"), "reference": ("measure", "tasks"),
+            "candidate": ("measure", "tasks", "guard", "splitbuild", "litebuild")}
+
+
+def _preload(role: str) -> None:
+    import importlib
+
+    for name in _PRELOAD.get(role, ()):
+        importlib.import_module(f"{__package__ or 'gpu_workers'}.{name}")
 
 
 def main(argv: list[str]) -> int:
     role, in_fd, out_fd = argv[0], int(argv[1]), int(argv[2])
     _harden_process()
     import torch  # noqa: F401 - before the setup arrives: the parent may hold it until the GPU is free
+    _preload(role)
     setup = channel.read_message(in_fd)
     if role == "compile":
         os.close(in_fd)

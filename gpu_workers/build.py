@@ -183,6 +183,7 @@ _PER_BUILD_ENV = ("TORCH_EXTENSIONS_DIR", "CPATH", "TORCH_CUDA_ARCH_LIST", "MAX_
 _SWITCHES = ("KERNELARENA_LITE", "KERNELARENA_SPLIT")  # as the worker has them now (None: unset)
 _spares: list[tuple[int, sandbox.Child]] = []  # (the process that started it, the child)
 _spares_lock = threading.Lock()
+_in_flight = [0]  # compiles running in this process: keep one spare more than that ready
 
 
 def max_spares() -> int:
@@ -207,8 +208,8 @@ def _take_compile_child(memory_limit_mb: int) -> tuple[sandbox.Child, bool]:
                 child = candidate
             else:
                 candidate.close(wait_s=0.1)
-        if max_spares() > 0 and len(_spares) < max_spares():
-            _spares.append((me, _spawn_compile_child()))  # the next compile's, starting now
+        while len(_spares) < min(max_spares(), _in_flight[0] + 1):
+            _spares.append((me, _spawn_compile_child()))  # the next compiles', starting now
     spare = child is not None
     if child is None:
         child = _spawn_compile_child()
@@ -229,7 +230,18 @@ atexit.register(close_spares)
 
 def _compile_in_child(request: EvalRequest, hardware: dict[str, Any], build: BuildContext) -> CompileOutcome:
     started = time.monotonic()
-    child, spare = _take_compile_child(request.memory_limit_mb)
+    with _spares_lock:
+        _in_flight[0] += 1
+    try:
+        child, spare = _take_compile_child(request.memory_limit_mb)
+        return _run_compile_child(request, hardware, build, child, spare, started)
+    finally:
+        with _spares_lock:
+            _in_flight[0] -= 1
+
+
+def _run_compile_child(request: EvalRequest, hardware: dict[str, Any], build: BuildContext, child: sandbox.Child,
+                       spare: bool, started: float) -> CompileOutcome:
     env = child_env(request, hardware, build, hide_gpu=True)
     with child:
         setup_env: dict[str, str | None] = {k: v for k, v in env.items() if k in _PER_BUILD_ENV}

@@ -31,6 +31,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from .splitbuild import NotSplittable, split_cuda_source
+
 LITE = Path(__file__).resolve().parent / "lite"
 INCLUDE = LITE / "include"
 ABI = LITE / "abi"
@@ -69,51 +71,71 @@ def module_definition(functions: Any) -> str:
 
 @dataclass
 class LitePlan:
+    kind: str  # "light+split" or "light"
     arguments: dict[str, Any]
     marker: Path
 
 
-def plan(arguments: dict[str, Any]) -> LitePlan | None:
-    """load_inline's arguments for the light build of this call, or None where it does not apply."""
+def plans(arguments: dict[str, Any]) -> list[LitePlan]:
+    """load_inline's arguments for the light builds of this call, fastest first (none where they do
+    not apply, or where an earlier attempt at this name failed):
+
+    - light+split: the CUDA source split (``splitbuild``); the device half compiled by nvcc with
+      CUDA's headers only, the host half with the C++ sources against the light headers;
+    - light: the CUDA source compiled whole by nvcc against the light headers (templated kernels,
+      kernels used other than by launching, ...), or a C++-only extension.
+    """
     if os.environ.get("KERNELARENA_LITE", "1") == "0" or not os.environ.get("TORCH_EXTENSIONS_DIR"):
-        return None
+        return []
     if arguments.get("no_implicit_headers") or arguments.get("build_directory") or arguments.get("sycl_sources") \
             or arguments.get("use_pch") or not arguments.get("is_python_module", True):
-        return None
+        return []
     name = str(arguments["name"])
     if not re.fullmatch(r"[A-Za-z_]\w*", name):
-        return None
-    build_dir = Path(os.environ["TORCH_EXTENSIONS_DIR"]) / "kernelarena-lite" / name
-    marker = build_dir / "lite-failed.log"
-    if marker.exists():
-        return None
+        return []
     cpp_sources = arguments.get("cpp_sources") or []
     host_parts = [cpp_sources] if isinstance(cpp_sources, str) else list(cpp_sources)
     cuda_sources = arguments.get("cuda_sources") or []
     device_parts = [cuda_sources] if isinstance(cuda_sources, str) else list(cuda_sources)
-    host = "\n".join(["#include <torch/extension.h>", *host_parts])
-    if arguments.get("functions") is not None:
-        host += "\n" + module_definition(arguments["functions"])
+    binding = module_definition(arguments["functions"]) if arguments.get("functions") is not None else ""
+    host = "\n".join(["#include <torch/extension.h>", *host_parts, binding])
     # The CUDA unit gets what load_inline would put first, from the light headers too.
     device = "\n".join(["#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>", *device_parts])
-    if "PYBIND11_MODULE" not in host + (device if device_parts else ""):
-        return None
-    if lite_source_problem(host + "\n" + (device if device_parts else "")) is not None:
-        return None
+    everything = host + ("\n" + device if device_parts else "")
+    if "PYBIND11_MODULE" not in everything or lite_source_problem(everything) is not None:
+        return []
     with_cuda = bool(device_parts) if arguments.get("with_cuda") is None else bool(arguments["with_cuda"])
     cflags = list(arguments.get("extra_cflags") or []) + ["-fvisibility=hidden"]
     cuda_cflags = list(arguments.get("extra_cuda_cflags") or [])
     if with_cuda:
         cflags.append("-DKA_LITE_CUDA")
         cuda_cflags += ["-DKA_LITE_CUDA", "-Xcompiler", "-fvisibility=hidden"]
-    build_dir.mkdir(parents=True, exist_ok=True)
-    lite_args = dict(arguments)
-    lite_args.update(cpp_sources=[host], cuda_sources=[device] if device_parts else None, functions=None,
-                     extra_cflags=cflags, extra_cuda_cflags=cuda_cflags,
-                     extra_include_paths=[str(INCLUDE), *(arguments.get("extra_include_paths") or [])],
-                     build_directory=str(build_dir), no_implicit_headers=True, is_python_module=False,
-                     with_cuda=with_cuda)
-    return LitePlan(lite_args, marker)
+    common = dict(arguments)
+    common.update(functions=None, extra_cflags=cflags, extra_cuda_cflags=cuda_cflags,
+                  extra_include_paths=[str(INCLUDE), *(arguments.get("extra_include_paths") or [])],
+                  no_implicit_headers=True, is_python_module=False, with_cuda=with_cuda)
+    root = Path(os.environ["TORCH_EXTENSIONS_DIR"])
+    out: list[LitePlan] = []
+
+    def add(kind: str, folder: str, cpp: str, cuda: str | None) -> None:
+        build_dir = root / folder / name
+        marker = build_dir / "lite-failed.log"
+        if marker.exists():
+            return
+        build_dir.mkdir(parents=True, exist_ok=True)
+        out.append(LitePlan(kind, {**common, "cpp_sources": [cpp], "cuda_sources": [cuda] if cuda else None,
+                                   "build_directory": str(build_dir)}, marker))
+
+    if device_parts and os.environ.get("KERNELARENA_SPLIT", "1") != "0":
+        try:
+            split = split_cuda_source("\n".join(device_parts))
+        except NotSplittable:
+            split = None
+        if split is not None:
+            add("light+split", "kernelarena-lite-split",
+                "\n".join(["#include <torch/extension.h>", *host_parts, split.host, binding]), split.device)
+    add("light", "kernelarena-lite", host, device if device_parts else None)
+    return out
 
 
 def load(lite: LitePlan, load_inline: Any) -> types.ModuleType:

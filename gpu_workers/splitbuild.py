@@ -393,7 +393,8 @@ def install() -> bool:
         print(f"[kernelarena] {text}", file=sys.stderr, flush=True)
 
     def fell_back(marker: Path, name: str, exc: BaseException) -> None:
-        note(f"{name}: {marker.name.split('-')[0]} build failed ({type(exc).__name__}); trying the next build")
+        kind = "light" if marker.name.startswith("lite") else "split"
+        note(f"{name}: a {kind} build failed ({type(exc).__name__}: {str(exc)[:200]}); trying the next build")
         marker.write_text(f"{type(exc).__name__}: {exc}"[-8000:])
         versioner = getattr(cpp_extension, "JIT_EXTENSION_VERSIONER", None)
         if versioner is not None and hasattr(versioner, "entries"):
@@ -403,14 +404,13 @@ def install() -> bool:
     def load_inline(*args: Any, **kwargs: Any) -> Any:
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        lite = litebuild.plan(dict(bound.arguments))
-        if lite is not None:
+        for lite in litebuild.plans(dict(bound.arguments)):
             try:
                 module = litebuild.load(lite, original)
                 steps = ", ".join(f"{k[:-2]} {v:.2f} s" for k, v in module.__kernelarena_steps__.items())
-                note(f"{bound.arguments['name']}: light build ({steps})")
+                note(f"{bound.arguments['name']}: {lite.kind} build ({steps})")
                 return module
-            except Exception as exc:  # noqa: BLE001 - a failed light build falls back to the split one
+            except Exception as exc:  # noqa: BLE001 - a failed light build falls back to the next build
                 fell_back(lite.marker, str(bound.arguments["name"]), exc)
         plan = _split_arguments(dict(bound.arguments))
         if plan is None:

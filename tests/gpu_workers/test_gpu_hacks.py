@@ -115,3 +115,9 @@ def test_cuda_hack_is_rejected_or_incorrect(kernel, rules, cuda_results):
     assert result.reward == -1.0
     if result.status == "rejected" and rules:
         assert {f.rule for f in result.rejects} & rules, _describe(result)
+
+
+def test_the_kernel_side_time_leaves_out_the_hosts_latency(cuda_results):
+    stats = cuda_results["honest"].timing_stats["kernel"]
+    assert stats["gpu_iterations"] > 0, stats
+    assert 0 < stats["gpu_median_ms"] <= stats["median_ms"], stats

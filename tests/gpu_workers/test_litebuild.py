@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -181,16 +182,82 @@ def test_light_plans_follow_load_inline_arguments(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     base = {"name": "ext_a", "cpp_sources": "torch::Tensor f(torch::Tensor x) { return x; }", "functions": ["f"],
             "cuda_sources": None, "extra_cflags": ["-O2"], "extra_include_paths": ["/opt/inc"], "is_python_module": True}
-    lite = litebuild.plan(dict(base))
-    assert lite is not None
+    [lite] = litebuild.plans(dict(base))
+    assert lite.kind == "light"
     assert lite.arguments["extra_include_paths"] == [str(litebuild.INCLUDE), "/opt/inc"]
     assert lite.arguments["extra_cflags"] == ["-O2", "-fvisibility=hidden"]
     assert 'm.def("f", torch::wrap_pybind_function(f), "f");' in lite.arguments["cpp_sources"][0]
-    assert litebuild.plan({**base, "is_python_module": False}) is None  # a TORCH_LIBRARY-style library
-    assert litebuild.plan({**base, "functions": None}) is None  # no binding at all: nothing to call
-    assert litebuild.plan({**base, "name": "bad name"}) is None
+    assert litebuild.plans({**base, "is_python_module": False}) == []  # a TORCH_LIBRARY-style library
+    assert litebuild.plans({**base, "functions": None}) == []  # no binding at all: nothing to call
+    assert litebuild.plans({**base, "name": "bad name"}) == []
+    lite.marker.write_text("failed once")  # a failed light build is not tried again for this name
+    assert litebuild.plans(dict(base)) == []
     monkeypatch.setenv("KERNELARENA_LITE", "0")
-    assert litebuild.plan(dict(base)) is None
+    assert litebuild.plans({**base, "name": "ext_b"}) == []
+
+
+def test_cuda_sources_plan_the_split_light_build_first_then_the_whole_one(tmp_path, monkeypatch):
+    from tests.gpu_workers.test_splitbuild import TYPICAL
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    args = {"name": "ext_c", "cpp_sources": "torch::Tensor scaled_relu(torch::Tensor x, double scale);",
+            "cuda_sources": TYPICAL, "functions": ["scaled_relu"], "is_python_module": True}
+    split, whole = litebuild.plans(args)
+    assert (split.kind, whole.kind) == ("light+split", "light")
+    device = split.arguments["cuda_sources"][0]
+    assert "torch" not in device.replace("kernelarena", "") and "__global__ void fill_kernel" in device
+    assert "kernelarena_launch_scaled_relu_kernel(" in split.arguments["cpp_sources"][0]
+    assert "-DKA_LITE_CUDA" in split.arguments["extra_cflags"] and split.arguments["with_cuda"]
+    assert whole.arguments["cuda_sources"][0].startswith("#include <torch/types.h>")  # the light one, by -I
+    monkeypatch.setenv("KERNELARENA_SPLIT", "0")
+    assert [p.kind for p in litebuild.plans({**args, "name": "ext_d"})] == ["light"]
+
+
+NVCC = shutil.which("nvcc")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc (no GPU needed)")
+def test_the_light_headers_compile_every_suite_cuda_kernel(tmp_path, monkeypatch):
+    """The host half of every splittable suite kernel compiles against the light headers, and every
+    other one compiles whole with nvcc against them: the suite's kernels all take a light build."""
+    from torch.utils import cpp_extension
+
+    from gpu_workers.suite import list_tasks
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    cuda_include = str(Path(cpp_extension.CUDA_HOME or "/usr/local/cuda") / "include")
+    seen = {}
+    captured: dict = {}
+
+    def capture(*args, **kwargs):
+        captured.update(kwargs)
+        raise _Captured
+
+    monkeypatch.setattr(cpp_extension, "load_inline", capture)
+    for task in list_tasks():
+        captured.clear()
+        with pytest.raises(_Captured):
+            exec(compile(task.cuda_kernel_source, task.name, "exec"), {"__name__": "kernel"})
+        plan = litebuild.plans({**captured, "is_python_module": True, "name": f"lite_{task.name}"})[0]
+        if plan.kind == "light+split":
+            source = tmp_path / f"{task.name}.cpp"
+            source.write_text(plan.arguments["cpp_sources"][0])
+            cmd = ["c++", "-fsyntax-only", "-std=c++17", "-DKA_LITE_CUDA", "-DTORCH_EXTENSION_NAME=x",
+                   "-I", str(litebuild.INCLUDE), "-isystem", cuda_include, str(source)]
+        else:
+            source = tmp_path / f"{task.name}.cu"
+            source.write_text(plan.arguments["cuda_sources"][0])
+            cmd = [NVCC, "-c", str(source), "-o", str(tmp_path / f"{task.name}.o"), "-std=c++17", "-DKA_LITE_CUDA",
+                   "--expt-relaxed-constexpr", "-I", str(litebuild.INCLUDE), "-DTORCH_EXTENSION_NAME=x"]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, (task.name, plan.kind, done.stderr[-3000:])
+        seen[task.name] = plan.kind
+    assert "light+split" in seen.values() and "light" in seen.values(), seen
+
+
+class _Captured(Exception):
+    pass
 
 
 @pytest.mark.gpu
