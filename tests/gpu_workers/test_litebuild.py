@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -262,42 +261,14 @@ class _Captured(Exception):
 
 @pytest.mark.gpu
 @needs_cuda
-def test_a_cuda_extension_builds_light_and_matches_the_plain_build(tmp_path):
-    from tests.gpu_workers.test_splitbuild import TYPICAL
+@pytest.mark.parametrize("folder, name, env", [
+    ("kernelarena-lite-split", "ka_lite_split", {}),  # tried first: device half with CUDA's headers only
+    ("kernelarena-lite", "ka_lite_whole", {"KERNELARENA_SPLIT": "0"}),  # the whole .cu against light headers
+])
+def test_a_cuda_extension_builds_light_and_matches_the_plain_build(folder, name, env, tmp_path_factory):
+    from tests.gpu_workers.test_splitbuild import compare_with_plain_build
 
-    script = tmp_path / "compare.py"
-    script.write_text(r'''
-import os, sys, time, torch
-from torch.utils.cpp_extension import load_inline
-sys.path.insert(0, sys.argv[1])
-from gpu_workers import splitbuild, litebuild
-source = open(sys.argv[2]).read()
-cpp = "torch::Tensor scaled_relu(torch::Tensor x, double scale);"
-x = torch.randn(1 << 20, device="cuda")
-plain = load_inline(name="ka_plain", cpp_sources=cpp, cuda_sources=source, functions=["scaled_relu"])
-assert splitbuild.install()
-litebuild.bridge_module(True)
-started = time.perf_counter()
-lite = torch.utils.cpp_extension.load_inline(name="ka_lite", cpp_sources=cpp, cuda_sources=source,
-                                             functions=["scaled_relu"])
-print(f"light build {time.perf_counter() - started:.2f} s")
-folder = os.path.join(os.environ["TORCH_EXTENSIONS_DIR"], "kernelarena-lite", "ka_lite")
-assert os.path.exists(os.path.join(folder, "ka_lite.so")), os.listdir(folder)
-assert not os.path.exists(os.path.join(folder, "lite-failed.log")), open(os.path.join(folder, "lite-failed.log")).read()
-stream = torch.cuda.Stream()
-with torch.cuda.stream(stream):  # the light build launches on PyTorch's current stream
-    a, b = plain.scaled_relu(x, 1.5), lite.scaled_relu(x, 1.5)
-stream.synchronize()
-assert torch.equal(a, b)
-print("identical")
-''')
-    (tmp_path / "kernel.cu").write_text(TYPICAL)
-    root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
-    done = subprocess.run([sys.executable, str(script), str(root), str(tmp_path / "kernel.cu")], env=env,
-                          capture_output=True, text=True, timeout=900)
-    print(done.stdout)
-    assert done.returncode == 0 and "identical" in done.stdout, done.stderr[-3000:]
+    print(compare_with_plain_build(tmp_path_factory.getbasetemp() / "compare", folder, name, env))
 
 
 CPU_CANDIDATE = r'''

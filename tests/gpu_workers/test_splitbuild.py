@@ -210,31 +210,49 @@ def test_split_build_failure_falls_back_to_the_plain_build():
     assert (ext / "kernelarena-split" / "ka_split_fallback" / "split-failed.log").exists()
 
 
-@pytest.mark.gpu
-@needs_cuda
-def test_split_build_is_used_for_a_typical_kernel_and_matches_the_plain_build(tmp_path):
-    script = tmp_path / "compare.py"
-    script.write_text(r'''
-import os, sys, torch
+COMPARE_WITH_PLAIN = r'''
+import os, sys, time, torch
 from torch.utils.cpp_extension import load_inline
 sys.path.insert(0, sys.argv[1])
 from gpu_workers import splitbuild
-source = open(sys.argv[2]).read()
+source, folder, name = open(sys.argv[2]).read(), sys.argv[3], sys.argv[4]
 cpp = "torch::Tensor scaled_relu(torch::Tensor x, double scale);"
 x = torch.randn(1 << 20, device="cuda")
 plain = load_inline(name="ka_plain", cpp_sources=cpp, cuda_sources=source, functions=["scaled_relu"])
 assert splitbuild.install()
-split = torch.utils.cpp_extension.load_inline(name="ka_split", cpp_sources=cpp, cuda_sources=source,
-                                              functions=["scaled_relu"])
-assert os.path.exists(os.path.join(os.environ["TORCH_EXTENSIONS_DIR"], "kernelarena-split", "ka_split"))
-assert not os.path.exists(os.path.join(os.environ["TORCH_EXTENSIONS_DIR"], "kernelarena-split", "ka_split",
-                                       "split-failed.log"))
-assert torch.equal(plain.scaled_relu(x, 1.5), split.scaled_relu(x, 1.5))
+started = time.perf_counter()
+fast = torch.utils.cpp_extension.load_inline(name=name, cpp_sources=cpp, cuda_sources=source, functions=["scaled_relu"])
+print(f"{folder}: built and loaded in {time.perf_counter() - started:.2f} s")
+built = os.path.join(os.environ["TORCH_EXTENSIONS_DIR"], folder, name)
+assert os.path.isdir(built), os.listdir(os.environ["TORCH_EXTENSIONS_DIR"])
+failed = [f for f in os.listdir(built) if f.endswith("-failed.log")]
+assert not failed, open(os.path.join(built, failed[0])).read()
+stream = torch.cuda.Stream()
+with torch.cuda.stream(stream):  # launches go to PyTorch's current stream
+    a, b = plain.scaled_relu(x, 1.5), fast.scaled_relu(x, 1.5)
+stream.synchronize()
+assert torch.equal(a, b)
 print("identical")
-''')
-    (tmp_path / "kernel.cu").write_text(TYPICAL)
+'''
+
+
+def compare_with_plain_build(work: Path, folder: str, name: str, env_extra: dict[str, str]) -> str:
+    """Build TYPICAL plainly and through our wrapper in a fresh process; the wrapper's build must
+    come from ``folder`` (no failure marker) and give the same output. ``work`` may be shared: the
+    plain build is then made once."""
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "compare.py").write_text(COMPARE_WITH_PLAIN)
+    (work / "kernel.cu").write_text(TYPICAL)
     root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext"), "KERNELARENA_LITE": "0"}  # the split alone
-    done = subprocess.run([sys.executable, str(script), str(root), str(tmp_path / "kernel.cu")], env=env,
-                          capture_output=True, text=True, timeout=900)
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(work / "ext"), **env_extra}
+    done = subprocess.run([sys.executable, str(work / "compare.py"), str(root), str(work / "kernel.cu"), folder, name],
+                          env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0 and "identical" in done.stdout, done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_split_build_is_used_for_a_typical_kernel_and_matches_the_plain_build(tmp_path_factory):
+    print(compare_with_plain_build(tmp_path_factory.getbasetemp() / "compare", "kernelarena-split", "ka_split",
+                                   {"KERNELARENA_LITE": "0"}))  # the split alone

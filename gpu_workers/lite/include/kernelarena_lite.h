@@ -329,35 +329,22 @@ struct alignas(2) BFloat16 {
 } }  // namespace c10
 
 namespace ka {
+// C++ type <-> ScalarType, one list for both directions
+#define KA_SCALAR_TYPES(X)                                                                                \
+  X(float, Float) X(double, Double) X(c10::Half, Half) X(c10::BFloat16, BFloat16) X(int64_t, Long)        \
+  X(int32_t, Int) X(int16_t, Short) X(int8_t, Char) X(uint8_t, Byte) X(bool, Bool)
 template <class T> struct type_of;
+template <c10::ScalarType S> struct cpp_type;
+#define KA_MAP(T, S)                                                                      \
+  template <> struct type_of<T> { static constexpr c10::ScalarType value = c10::ScalarType::S; }; \
+  template <> struct cpp_type<c10::ScalarType::S> { using type = T; };
+KA_SCALAR_TYPES(KA_MAP)
+#undef KA_MAP
 #define KA_TYPE_OF(T, S) template <> struct type_of<T> { static constexpr c10::ScalarType value = c10::ScalarType::S; };
-KA_TYPE_OF(float, Float)
-KA_TYPE_OF(double, Double)
-KA_TYPE_OF(c10::Half, Half)
-KA_TYPE_OF(c10::BFloat16, BFloat16)
-KA_TYPE_OF(int64_t, Long)
-KA_TYPE_OF(int32_t, Int)
-KA_TYPE_OF(int16_t, Short)
-KA_TYPE_OF(int8_t, Char)
-KA_TYPE_OF(uint8_t, Byte)
-KA_TYPE_OF(bool, Bool)
 KA_TYPE_OF(uint16_t, UInt16)
 KA_TYPE_OF(uint32_t, UInt32)
 KA_TYPE_OF(uint64_t, UInt64)
 #undef KA_TYPE_OF
-template <c10::ScalarType S> struct cpp_type;
-#define KA_CPP_TYPE(T, S) template <> struct cpp_type<c10::ScalarType::S> { using type = T; };
-KA_CPP_TYPE(float, Float)
-KA_CPP_TYPE(double, Double)
-KA_CPP_TYPE(c10::Half, Half)
-KA_CPP_TYPE(c10::BFloat16, BFloat16)
-KA_CPP_TYPE(int64_t, Long)
-KA_CPP_TYPE(int32_t, Int)
-KA_CPP_TYPE(int16_t, Short)
-KA_CPP_TYPE(int8_t, Char)
-KA_CPP_TYPE(uint8_t, Byte)
-KA_CPP_TYPE(bool, Bool)
-#undef KA_CPP_TYPE
 }  // namespace ka
 
 // ---- Scalar and TensorOptions -----------------------------------------------------------------------
