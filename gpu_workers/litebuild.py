@@ -6,8 +6,10 @@ The candidate's own host code is short. So we compile it against ``lite/include`
 PyTorch headers candidates include, which declare the everyday C++ API (``kernelarena_lite.h``).
 Every call goes to PyTorch itself through a bridge extension built once per toolchain
 (``lite/bridge.cpp``): tensor queries read the real tensor, operators run through PyTorch's dispatcher
-by schema name, the stream is PyTorch's current stream. The CUDA source is compiled whole by nvcc
-against the same light headers, so templated kernels and AT_DISPATCH work as written.
+by schema name, the stream is PyTorch's current stream. A CUDA source is split first (``splitbuild``:
+its device half through nvcc with CUDA's headers only, its host half with the C++ code); one the
+splitter leaves alone (templated kernels, kernels used other than by launching) is compiled whole by
+nvcc against the same light headers, so AT_DISPATCH and templates work as written.
 
 torch's ``load_inline`` still writes, builds (same flags, same ninja) and loads the library; the bridge
 binds the functions the candidate's ``PYBIND11_MODULE`` (or ``functions=``) defines and converts
