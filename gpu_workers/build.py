@@ -157,8 +157,10 @@ def compile_candidate(request: EvalRequest, hardware: dict[str, Any], build: Bui
     evaluation of the same source waits, then finds the build done."""
     if build.ext_dir is None:
         return CompileOutcome(None, False, "")
+    asked = time.monotonic()
     with open(build.ext_dir / ".ka-build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        locked = time.monotonic()
         removed = clear_stale_batons(build.ext_dir)
         note = "".join(f"[judge] removed a stale build lock left by a killed process: {p}\n" for p in removed)
         done_marker = build.ext_dir / "compiled.ok"  # the folder is this exact source's: built once is built
@@ -167,6 +169,8 @@ def compile_candidate(request: EvalRequest, hardware: dict[str, Any], build: Bui
         outcome = _compile_in_child(request, hardware, build)
         if outcome.ms is not None and not outcome.deferred:
             done_marker.touch()
+        note += (f"[judge] compile phase {time.monotonic() - asked:.2f} s: build lock {locked - asked:.2f} s, "
+                 f"compile child {outcome.ms / 1e3 if outcome.ms is not None else float('nan'):.2f} s\n")
         outcome.log = note + outcome.log
         return outcome
 
