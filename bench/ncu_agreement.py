@@ -30,9 +30,9 @@ sys.path.insert(0, str(ROOT))
 RUNNER = r"""
 import sys, torch
 sys.path.insert(0, sys.argv[1])
-from gpu_workers import splitbuild
+from gpu_workers import fastbuild
 from gpu_workers.tasks import apply_profile, exec_source
-splitbuild.install()  # the evaluator's own build of this kernel (same sources, same folder): no rebuild
+fastbuild.install()  # the evaluator's own build of this kernel (same sources, same folder): no rebuild
 task = exec_source(open(sys.argv[2]).read(), "task", "<task>")
 apply_profile(task, "cuda")
 kernel = exec_source(open(sys.argv[3]).read(), "kernel", "<kernel>")

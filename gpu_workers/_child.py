@@ -83,7 +83,7 @@ class _Sender:
 def _role_compile(setup: dict[str, Any], send: _Sender) -> None:
     import time
 
-    from . import splitbuild
+    from . import fastbuild
     from .tasks import exec_source
 
     start = time.perf_counter()
@@ -92,7 +92,7 @@ def _role_compile(setup: dict[str, Any], send: _Sender) -> None:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
-    splitbuild.install()
+    fastbuild.install()
     try:
         exec_source(setup["kernel_source"], "kernelarena_candidate", "<kernel>")
     except BaseException as exc:  # noqa: BLE001 - candidate code
@@ -302,7 +302,7 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from . import measure, splitbuild
+    from . import fastbuild, measure
     from .guard import install as install_guard
     from .tasks import exec_source, load_task_module
 
@@ -348,7 +348,7 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
         held.append(copy)
         return copy
 
-    splitbuild.install()  # the same sources as the compile phase built: the build is found, not redone
+    fastbuild.install()  # the same sources as the compile phase built: the build is found, not redone
     _secret_reseed()
     measure.watch_modules("gpu_workers")
     guard = install_guard()
@@ -486,8 +486,8 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
 _ROLES = {"compile": _role_compile, "reference": _role_reference, "candidate": _role_candidate}
 # Imported while the child waits for its setup (a spare, or a child started early), not after it
 # arrives: measure pulls in torch._dynamo, over a second of imports. No candidate code runs before.
-_PRELOAD = {"compile": ("splitbuild", "litebuild", "tasks"), "reference": ("measure", "tasks"),
-            "candidate": ("measure", "tasks", "guard", "splitbuild", "litebuild")}
+_PRELOAD = {"compile": ("fastbuild", "tasks"), "reference": ("measure", "tasks"),
+            "candidate": ("measure", "tasks", "guard", "fastbuild")}
 
 
 def _preload(role: str) -> None:

@@ -47,7 +47,11 @@ def cache_root() -> Path:
 
 @lru_cache(maxsize=4)
 def toolchain_id(device: str) -> str:
-    """Everything a built extension depends on besides its own source."""
+    """Everything a built extension depends on besides its own source. A child is handed its
+    worker's answer (``child_env``) instead of running the compilers' ``--version`` again."""
+    given = os.environ.get(f"KERNELARENA_TOOLCHAIN_{device.upper()}")
+    if given:
+        return given
     import torch
 
     parts = [sys.version.split()[0], torch.__version__, str(torch.version.cuda)]
@@ -112,6 +116,7 @@ def child_env(request: EvalRequest, hardware: dict[str, Any], build: BuildContex
     env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root() / "inductor")
     env["TRITON_CACHE_DIR"] = str(cache_root() / "triton")
     env["KERNELARENA_CACHE_DIR"] = str(cache_root())  # the light-build bridge lives there, built once
+    env[f"KERNELARENA_TOOLCHAIN_{request.device.upper()}"] = toolchain_id(request.device)  # names the bridge
     return env
 
 
@@ -183,7 +188,8 @@ def compile_candidate(request: EvalRequest, hardware: dict[str, Any], build: Bui
 # precompiled header, architectures, jobs) travels in the setup and is applied before the candidate's
 # code runs.
 _PER_BUILD_ENV = ("TORCH_EXTENSIONS_DIR", "CPATH", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "OMP_NUM_THREADS",
-                  "MKL_NUM_THREADS", "KERNELARENA_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+                  "MKL_NUM_THREADS", "KERNELARENA_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
+                  "KERNELARENA_TOOLCHAIN_CPU", "KERNELARENA_TOOLCHAIN_CUDA")
 _SWITCHES = ("KERNELARENA_LITE", "KERNELARENA_SPLIT")  # as the worker has them now (None: unset)
 _spares: list[tuple[int, sandbox.Child]] = []  # (the process that started it, the child)
 _spares_lock = threading.Lock()

@@ -21,11 +21,11 @@ def lite_load_inline(tmp_path, monkeypatch):
     """torch's load_inline with our fast paths installed, as in a compile or candidate child."""
     from torch.utils import cpp_extension
 
-    from gpu_workers import splitbuild
+    from gpu_workers import fastbuild
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
     original = cpp_extension.load_inline
-    assert splitbuild.install()
+    assert fastbuild.install()
     try:
         yield cpp_extension.load_inline
     finally:

@@ -214,12 +214,12 @@ COMPARE_WITH_PLAIN = r'''
 import os, sys, time, torch
 from torch.utils.cpp_extension import load_inline
 sys.path.insert(0, sys.argv[1])
-from gpu_workers import splitbuild
+from gpu_workers import fastbuild
 source, folder, name = open(sys.argv[2]).read(), sys.argv[3], sys.argv[4]
 cpp = "torch::Tensor scaled_relu(torch::Tensor x, double scale);"
 x = torch.randn(1 << 20, device="cuda")
 plain = load_inline(name="ka_plain", cpp_sources=cpp, cuda_sources=source, functions=["scaled_relu"])
-assert splitbuild.install()
+assert fastbuild.install()
 started = time.perf_counter()
 fast = torch.utils.cpp_extension.load_inline(name=name, cpp_sources=cpp, cuda_sources=source, functions=["scaled_relu"])
 print(f"{folder}: built and loaded in {time.perf_counter() - started:.2f} s")

@@ -1255,7 +1255,6 @@ struct Caller {
   template <class F, size_t... I>
   static void run(F& f, const ka_value* args, ka_value* out, std::index_sequence<I...>) {
     std::tuple<typename std::decay<A>::type...> converted{convert<typename std::decay<A>::type>::from(args[I])...};
-    (void)converted;
     finish(f, converted, out, std::index_sequence<I...>{}, std::is_void<R>{});
   }
   template <class F, class Tup, size_t... I>
