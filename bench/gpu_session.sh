@@ -12,12 +12,20 @@
 #   PART=3 bash bench/gpu_session.sh   # the whole suite table through the evaluator, eager and compile
 #   PART=4 bash bench/gpu_session.sh   # a short pass over all of it (fault test, compile, throughput at 1M
 #                                      # elements, fidelity, ncu) for a session with ~9 minutes left
+#   PART=5 bash bench/gpu_session.sh   # gpu tests, compile (1 load_inline, 6 ours), throughput at 1, 4 and 16
+#                                      # workers (1M elements, 3 rounds each), fidelity and ncu on gelu
+#   PART=6 bash bench/gpu_session.sh   # every suite task once (medians), ncu on all of them, throughput on
+#                                      # every GPU (the 2-GPU kind)
 set -uo pipefail
 case "${PART:-all}" in
   1) : "${FIDELITY_S:=0}" "${NCU_S:=0}" ;;
   2) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" ;;
   4) : "${TESTS:=tests/gpu_workers/test_gpu_faults.py}" "${TESTS_S:=110}" "${COMPILE_S:=100}" "${COMPILE_N:=1}" \
        "${EXTRA_OURS:=3}" "${TP1_S:=80}" "${TP_SIZE:=1048576}" "${TPN_S:=0}" "${FIDELITY_S:=130}" "${NCU_S:=55}" ;;
+  5) : "${TESTS_S:=150}" "${COMPILE_S:=130}" "${COMPILE_N:=1}" "${EXTRA_OURS:=5}" "${TP1_S:=150}" \
+       "${TP_WORKERS:=1 4 16}" "${TP_ROUNDS:=3}" "${TP_SIZE:=1048576}" "${TPN_S:=0}" "${FIDELITY_S:=60}" "${NCU_S:=30}" ;;
+  6) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=150}" "${TP_ROUNDS:=3}" "${TP_SIZE:=1048576}" \
+       "${FIDELITY_ONLY:=}" "${FIDELITY_REPEAT:=1}" "${FIDELITY_S:=150}" "${NCU_S:=220}" ;;
   3) : "${COMPILE_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" "${TESTS_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${SUITE_S:=540}" ;;
 esac
 OUT=${OUT:-/tmp/ka-out}; mkdir -p "$OUT"
@@ -39,12 +47,12 @@ step gpu_tests "${TESTS_S:-170}" python3 -m pytest -p no:cacheprovider -q -m gpu
   tests/gpu_workers/test_gpu_faults.py tests/gpu_workers/test_splitbuild.py::test_split_build_failure_falls_back_to_the_plain_build}
 step compile_speed "${COMPILE_S:-170}" $CORES16 python3 bench/compile_speed.py --device cuda --candidates "${COMPILE_N:-2}" \
   --extra-ours "${EXTRA_OURS:-0}"
-TAIL=4 step throughput_1gpu "${TP1_S:-100}" $CORES16 python3 bench/throughput.py --device cuda --build --gpus 1 \
-  --workers 16 --candidates "${TP_N:-32}" --size "${TP_SIZE:-0}"
+TAIL=${TP_TAIL:-6} step throughput_1gpu "${TP1_S:-100}" $CORES16 python3 bench/throughput.py --device cuda --build --gpus 1 \
+  --workers ${TP_WORKERS:-16} --candidates "${TP_N:-32}" --rounds "${TP_ROUNDS:-0}" --size "${TP_SIZE:-0}"
 [ "$GPUS" -gt 1 ] && TAIL=4 step throughput_all_gpus "${TPN_S:-100}" python3 bench/throughput.py --device cuda --build \
-  --gpus "$GPUS" --workers 16 --candidates "${TP_N:-32}" --size "${TP_SIZE:-0}"
-TAIL=3 step fidelity "${FIDELITY_S:-220}" python3 bench/eval_timeline.py --device cuda --only gelu --repeat 5 \
-  --out "$OUT/fidelity.json"
+  --gpus "$GPUS" --workers 16 --candidates "${TP_N:-32}" --rounds "${TP_ROUNDS:-0}" --size "${TP_SIZE:-0}"
+TAIL=${FIDELITY_TAIL:-3} step fidelity "${FIDELITY_S:-220}" python3 bench/eval_timeline.py --device cuda \
+  --only ${FIDELITY_ONLY-gelu} --repeat "${FIDELITY_REPEAT:-5}" --out "$OUT/fidelity.json"
 [ -f "$OUT/fidelity.json" ] && step ncu "${NCU_S:-90}" python3 bench/ncu_agreement.py --suite-json "$OUT/fidelity.json" \
   --out "$OUT/ncu.json"
 TAIL=24 step suite "${SUITE_S:-0}" python3 bench/suite_gpu.py --device cuda --baselines eager,compile \

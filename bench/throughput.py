@@ -11,6 +11,8 @@ build (compile + verify + profile); without it they are PyTorch-level candidates
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import sys
 import time
 from collections import Counter
@@ -61,11 +63,26 @@ def build_candidate(device: str, index: int) -> str:
     return template.replace("SCALEf", scale).replace("NAME", f"tp_{device}_{index}_{int(time.time())}")
 
 
+def _cpu_seconds() -> float:
+    """Busy CPU seconds of the whole machine (/proc/stat: everything but idle and iowait), so the
+    children the zygote forks count too; elsewhere, this process's and its reaped children's."""
+    try:
+        with open("/proc/stat", encoding="ascii") as handle:
+            fields = [int(v) for v in handle.readline().split()[1:]]
+        busy = sum(fields) - fields[3] - (fields[4] if len(fields) > 4 else 0)
+        return busy / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--candidates", type=int, default=8)
+    parser.add_argument("--candidates", type=int, default=8, help="candidates per worker count (at least)")
+    parser.add_argument("--rounds", type=int, default=0,
+                        help="at least this many candidates per worker (a steady state after the first round)")
     parser.add_argument("--build", action="store_true", help="distinct native builds (compile-heavy)")
     parser.add_argument("--gpus", type=int, default=0, help="spread CUDA evaluations over this many GPUs")
     parser.add_argument("--timing-budget", type=float, default=0.2)
@@ -81,25 +98,32 @@ def main() -> int:
     offset = 0
     for workers in args.workers:
         requests = []
-        for i in range(args.candidates):
+        count = max(args.candidates, args.rounds * workers)
+        for i in range(count):
             index = offset + i
             source = build_candidate(args.device, index) if args.build else OPEN_CANDIDATE.format(index=index)
             requests.append(EvalRequest(task_source=task, kernel_source=source, device=args.device,
                                         track="strict" if args.build else "open", baselines=("eager",),
                                         timing_budget_s=args.timing_budget))
-        offset += args.candidates
+        offset += count
         started = time.perf_counter()
-        results = []
+        cpu_before = _cpu_seconds()
+        results, finished = [], []
         with LocalPool(workers=workers, gpus=args.gpus) as pool:
             for _, result in pool.as_completed(requests):
                 results.append(result)
+                finished.append(time.perf_counter() - started)
                 slot = result.timing_stats.get("gpu_slot") or {}
                 print(f"  [{time.perf_counter() - started:6.1f} s] {result.status} in {result.duration_s} s "
                       f"(compile {(result.compile_ms or 0) / 1e3:.1f} s, GPU held {slot.get('held_s', 0)} s of which "
                       f"alone {slot.get('exclusive_s', 0)} s, waited {slot.get('wait_s', 0)} s)", flush=True)
         elapsed = time.perf_counter() - started
+        cpu_per_eval = (_cpu_seconds() - cpu_before) / max(len(results), 1)
         statuses = Counter(r.status for r in results)
-        rates[workers] = args.candidates / elapsed * 60
+        rates[workers] = count / elapsed * 60
+        # after the first round (starting children, caches, the zygote): completions per minute
+        steady = ((len(finished) - workers) / (finished[-1] - finished[workers - 1]) * 60
+                  if len(finished) > workers and finished[-1] > finished[workers - 1] else None)
         busy: dict[int, float] = {}  # seconds some evaluation held the GPU (shared holders overlap)
         alone: dict[int, float] = {}  # seconds of timing with the GPU to itself
         for r in results:
@@ -112,8 +136,10 @@ def main() -> int:
         occupancy = ", ".join(f"GPU {g}: held {held / elapsed:.0%} of the wall time (over 100%: work overlapped), "
                               f"timing alone {alone[g] / elapsed:.0%}" for g, held in sorted(busy.items())
                               if args.device == "cuda")
-        print(f"{workers} worker(s): {args.candidates} candidates in {elapsed:.1f} s = {rates[workers]:.1f}/min "
-              f"{dict(statuses)}; median compile {median_compile:.1f} s; {occupancy or 'no GPU slot'}", flush=True)
+        steady_text = f" (after the first {workers}: {steady:.1f}/min)" if steady else ""
+        print(f"{workers} worker(s): {count} candidates in {elapsed:.1f} s = {rates[workers]:.1f}/min{steady_text} "
+              f"{dict(statuses)}; median compile {median_compile:.1f} s; {occupancy or 'no GPU slot'}; CPU {cpu_per_eval:.1f} busy core-s "
+              f"per evaluation (the whole machine's)", flush=True)
     base = rates[args.workers[0]]
     for workers, rate in rates.items():
         print(f"throughput at {workers} workers vs {args.workers[0]}: {rate / base:.2f}x")

@@ -212,17 +212,19 @@ def _role_reference(setup: dict[str, Any], send: _Sender) -> None:
     rotations = [run(0, inputs, wide=False) for inputs in rotation_inputs]
     after = run(0, _make_inputs(task, seeds["after"], device), wide=False)
 
-    # FLOPs and bytes for the roofline floor.
-    flops = 0
-    try:
-        from torch.utils.flop_counter import FlopCounterMode
+    # FLOPs and bytes for the roofline floor (the parent keeps the FLOP count per task: None here
+    # when it already has it, or when counting failed).
+    flops: int | None = None
+    if setup.get("count_flops", True):
+        try:
+            from torch.utils.flop_counter import FlopCounterMode
 
-        counter = FlopCounterMode(display=False)
-        with counter, torch.no_grad():
-            models[0](*_fresh(trial_inputs[0], device))
-        flops = int(counter.get_total_flops())
-    except Exception:  # noqa: BLE001
-        flops = 0
+            counter = FlopCounterMode(display=False)
+            with counter, torch.no_grad():
+                models[0](*_fresh(trial_inputs[0], device))
+            flops = int(counter.get_total_flops())
+        except Exception:  # noqa: BLE001
+            flops = None
     nbytes = sum(v.numel() * v.element_size() for v in trial_inputs[0] if isinstance(v, torch.Tensor))
     nbytes += sum(v.numel() * v.element_size() for v in state_dicts[0].values())
     nbytes += sum(v.numel() * v.element_size() for v in trials[0]["outputs"] if isinstance(v, torch.Tensor))
@@ -314,6 +316,13 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
 
     class OpTracer(TorchDispatchMode):
         """Records every ATen op that reaches the dispatcher inside forward."""
+
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            # Else torch wraps __torch_dispatch__ in _disable_dynamo, whose first call imports
+            # torch._dynamo (sympy's import reads frames, which the guard refuses in candidate code,
+            # and it costs over a second per child). This is torch's behaviour before that wrapper.
+            return False
 
         def __init__(self) -> None:
             super().__init__()
@@ -485,7 +494,7 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
 
 _ROLES = {"compile": _role_compile, "reference": _role_reference, "candidate": _role_candidate}
 # Imported while the child waits for its setup (a spare, or a child started early), not after it
-# arrives: measure pulls in torch._dynamo, over a second of imports. No candidate code runs before.
+# arrives (no candidate code runs before).
 _PRELOAD = {"compile": ("fastbuild", "tasks"), "reference": ("measure", "tasks"),
             "candidate": ("measure", "tasks", "guard", "fastbuild")}
 

@@ -60,7 +60,9 @@ class Timeline:
 
 
 # ---- phases ----------------------------------------------------------------------------------
-def _baseline_cache_path(request: EvalRequest, hardware: dict[str, Any], profile: str | None, name: str) -> Path:
+def _task_cache_path(request: EvalRequest, hardware: dict[str, Any], profile: str | None, name: str) -> Path:
+    """Where a per-task fact measured by the trusted reference is kept: a baseline's timing, or the
+    task's FLOP count (counting imports torch._dynamo, over two seconds of CPU per evaluation)."""
     key = hashlib.sha256("\0".join([request.task_hash, profile or "", hardware["key"], name,
                                     str(threads_for(request)), str(request.timing_budget_s)]).encode()).hexdigest()
     path = cache_root() / "baselines"
@@ -80,15 +82,20 @@ def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | No
     }
     cached: dict[str, dict[str, Any]] = {}
     for name in request.baselines:
-        path = _baseline_cache_path(request, hardware, profile, name)
+        path = _task_cache_path(request, hardware, profile, name)
         if path.exists():
             try:
                 cached[name] = json.loads(path.read_text())
             except (OSError, ValueError):
                 pass
     wanted = [b for b in request.baselines if b not in cached]
+    flops_path = _task_cache_path(request, hardware, profile, "flops")
+    try:
+        flops_cached: int | None = int(json.loads(flops_path.read_text())["flops"])
+    except (OSError, ValueError, KeyError, TypeError):
+        flops_cached = None
     setup = {"task_source": request.task_source, "profile": profile, "device": _device_string(request),
-             "seeds": seeds, "baselines": wanted, "timing_budget_s": request.timing_budget_s,
+             "seeds": seeds, "baselines": wanted, "count_flops": flops_cached is None, "timing_budget_s": request.timing_budget_s,
              "max_iters": max_timed_iterations(request.device),
              "threads": threads_for(request)}
     child = sandbox.spawn("reference", env_extra=child_env(request, hardware, None, hide_gpu=False),
@@ -104,6 +111,12 @@ def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | No
                 raise PhaseFailure("runtime_error", "the reference (task) failed to run: "
                                    + str(message.get("error", ""))[-3000:], child.log_tail())
             reference = message
+            if flops_cached is not None:
+                reference["flops"] = flops_cached
+            elif reference.get("flops") is not None:
+                flops_path.write_text(json.dumps({"flops": int(reference["flops"])}))
+            else:
+                reference["flops"] = 0
             baselines = dict(cached)
             begin_at = None
             while True:
@@ -123,7 +136,7 @@ def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | No
                     overhead = ((wall - stats["total_ms"]) / stats["iterations"]) if wall else None
                     entry = {"stats": stats, "wall_ms": wall, "overhead_ms_per_iter": overhead}
                     baselines[message["baseline"]] = entry
-                    _baseline_cache_path(request, hardware, profile, message["baseline"]).write_text(json.dumps(entry))
+                    _task_cache_path(request, hardware, profile, message["baseline"]).write_text(json.dumps(entry))
                 elif phase == "baseline_failed":
                     baselines[message["baseline"]] = {"error": message.get("error", "")}
                 elif phase == "done":

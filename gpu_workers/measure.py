@@ -14,15 +14,11 @@ import statistics
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-
-try:  # torch rebinds some public functions (torch.manual_seed) when dynamo is first imported:
-    import torch._dynamo  # noqa: F401  settle that before taking the snapshot below
-except Exception:  # noqa: BLE001 - a bare node may lack dynamo's dependencies
-    pass
 
 # ---- functions bound before candidate import ----------------------------------------------
 _perf_counter = time.perf_counter
@@ -67,6 +63,25 @@ _WATCHED: tuple[tuple[Any, str], ...] = tuple(
     if hasattr(owner, name)
 )
 _ORIGINALS: dict[tuple[int, str], Any] = {(id(owner), name): getattr(owner, name) for owner, name in _WATCHED}
+_disable_dynamo = getattr(torch, "_disable_dynamo", None)
+
+
+def _dynamo_rebinding(now: Any, original: Any) -> bool:
+    """Whether ``now`` is the wrapper torch._dynamo puts around ``original`` when it is first imported
+    (torch.compile imports it; it rebinds torch.manual_seed so): no patch. The snapshot is taken
+    without importing dynamo (over a second per child); the wrapper is recognised exactly: the code
+    and globals of torch's own ``_disable_dynamo`` wrapper, closing over the original and nothing
+    else callable."""
+    if _disable_dynamo is None or not isinstance(now, types.FunctionType) or not callable(original):
+        return False
+    probe = _disable_dynamo(_perf_counter)
+    if now.__code__ is not probe.__code__ or now.__globals__ is not probe.__globals__:
+        return False
+    try:
+        cells = [cell.cell_contents for cell in now.__closure__ or ()]
+    except ValueError:  # an empty cell: not torch's wrapper
+        return False
+    return any(c is original for c in cells) and all(c is original or not callable(c) for c in cells)
 
 
 _MODULE_SNAPSHOTS: dict[str, dict[str, int]] = {}
@@ -89,9 +104,9 @@ def patched_attributes() -> list[str]:
             if key not in current or id(current[key]) != ident:
                 changed.append(f"{name}.{key}")
     for owner, name in _WATCHED:
-        if getattr(owner, name, None) is not _ORIGINALS[(id(owner), name)]:
+        now, original = getattr(owner, name, None), _ORIGINALS[(id(owner), name)]
+        if now is not original and not _dynamo_rebinding(now, original):
             label = getattr(owner, "__name__", type(owner).__name__)
-            now = getattr(owner, name, None)
             where = getattr(now, "__module__", None) or type(now).__name__
             changed.append(f"{label}.{name} (now {where}.{getattr(now, '__qualname__', '?')})")
     if sys.gettrace() is not None:

@@ -281,9 +281,25 @@ class Child:
         self.close(wait_s=0.5 if exc[0] else 10.0)
 
 
+def _fork(role: str, env: dict[str, str], workdir: Path, fds: tuple[int, int, int]) -> Any:
+    """The child forked from this worker's zygote (torch already imported), or None: then it is
+    started with ``python -m`` (see ``zygote``)."""
+    from . import zygote
+
+    forker = zygote.zygote_for(scrubbed_env())
+    if forker is None:
+        return None
+    try:
+        return forker.fork(role, env, workdir, fds)
+    except zygote.ZygoteError as exc:
+        print(f"[kernelarena] {role} child started with python -m: {exc}", file=sys.stderr, flush=True)
+        return None
+
+
 def spawn(role: str, *, env_extra: dict[str, str] | None = None, memory_limit_mb: int = 0,
           address_space_limit: bool = False, workdir: Path | None = None) -> Child:
-    """Start ``python -m gpu_workers._child ROLE`` in a new session with private pipes."""
+    """Start ``gpu_workers._child ROLE`` in a new session with private pipes: forked from the zygote,
+    or ``python -m``."""
     owns = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix=f"ka-{role}-")) if workdir is None else workdir
     log_path = workdir / f"{role}.log"
@@ -297,11 +313,13 @@ def spawn(role: str, *, env_extra: dict[str, str] | None = None, memory_limit_mb
     env["TMPDIR"] = str(workdir)
     env["KA_ADDRESS_LIMIT"] = str(limit if address_space_limit else 0)
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-s", "-u", "-m", "gpu_workers._child", role, str(to_child_r), str(from_child_w)],
-            cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            pass_fds=(to_child_r, from_child_w), start_new_session=True, close_fds=True,
-        )
+        proc = _fork(role, env, workdir, (to_child_r, from_child_w, log.fileno()))
+        if proc is None:
+            proc = subprocess.Popen(
+                [sys.executable, "-s", "-u", "-m", "gpu_workers._child", role, str(to_child_r), str(from_child_w)],
+                cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                pass_fds=(to_child_r, from_child_w), start_new_session=True, close_fds=True,
+            )
     os.close(to_child_r)
     os.close(from_child_w)
     return Child(role, proc, to_child_w, from_child_r, workdir, log_path, limit, owns)

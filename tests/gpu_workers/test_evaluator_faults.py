@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_workers import EvalRequest, EvalResult, evaluate
+from gpu_workers import EvalRequest, EvalResult, evaluate, zygote
 from gpu_workers.pool import LocalPool
 from gpu_workers.tasks import TaskError
 
@@ -51,13 +51,27 @@ RUNNING_FAULTS = {
 }
 
 
-def _children_of_this_process() -> set[int]:
+def _children(pid: int | str = "self") -> set[int]:
     pids: set[int] = set()
-    for tid in os.listdir("/proc/self/task"):
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return pids
+    for tid in tids:
         try:
-            pids.update(int(p) for p in Path(f"/proc/self/task/{tid}/children").read_text().split())
+            pids.update(int(p) for p in Path(f"/proc/{pid}/task/{tid}/children").read_text().split())
         except OSError:
             continue
+    return pids
+
+
+def _children_of_this_process() -> set[int]:
+    """Evaluation children: this process's own, and those its zygotes forked (a zygote itself lives
+    as long as the worker)."""
+    zygotes = {z.proc.pid for z in zygote._zygotes.values()}
+    pids = _children() - zygotes
+    for pid in zygotes:
+        pids |= _children(pid)
     return pids
 
 
@@ -68,11 +82,17 @@ def fault_results(kernelarena_cache_dir) -> dict[str, EvalResult]:
         futures = {name: pool.submit(request) for name, request in RUNNING_FAULTS.items()}
         results = {name: future.result() for name, future in futures.items()}
     results["_leftover_children"] = _children_of_this_process() - before  # type: ignore[assignment]
+    results["_zygotes_alive"] = [z.alive for z in zygote._zygotes.values()]  # type: ignore[assignment]
     return results
 
 
 def test_no_child_outlives_its_evaluation(fault_results):
     assert fault_results["_leftover_children"] == set()
+
+
+def test_faulting_children_leave_the_zygote_running(fault_results):
+    if zygote.enabled():
+        assert fault_results["_zygotes_alive"] == [True]
 
 
 def test_hang_in_forward_is_a_timeout(fault_results):

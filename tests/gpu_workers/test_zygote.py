@@ -1,0 +1,99 @@
+"""Children forked from the zygote are what ``python -m gpu_workers._child`` would be: their own
+session, folder, scrubbed environment, descriptors and random state, with exit statuses reported
+back, and a zygote that dies or is switched off costs nothing but speed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from gpu_workers import sandbox, zygote
+
+PROBE = r'''
+import json, os, random, sys
+facts = {
+    "pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0), "cwd": os.getcwd(),
+    "env": dict(os.environ), "fds": sorted(int(f) for f in os.listdir("/proc/self/fd")),
+    "random": random.random(), "argv0": sys.argv[0],
+}
+print("FACTS " + json.dumps(facts), flush=True)
+'''
+
+
+def _run_compile_child(source: str, env_extra: dict[str, str] | None = None) -> tuple[sandbox.Child, dict]:
+    child = sandbox.spawn("compile", env_extra=env_extra or {"KA_PROBE": "yes"})
+    child.send({"kernel_source": source, "env": {}, "spare": False})
+    message = child.recv(time.monotonic() + 120)
+    return child, message
+
+
+def _facts(child: sandbox.Child) -> dict:
+    for line in child.log_tail().splitlines():
+        if line.startswith("FACTS "):
+            return json.loads(line[6:])
+    raise AssertionError(child.log_tail())
+
+
+@pytest.mark.skipif(not zygote.enabled(), reason="KERNELARENA_ZYGOTE=0")
+def test_a_forked_child_has_its_own_session_folder_environment_and_descriptors():
+    with _run_compile_child(PROBE)[0] as first, _run_compile_child(PROBE)[0] as second:
+        assert first.proc.wait(timeout=30) == 0 and second.proc.wait(timeout=30) == 0
+        a, b = _facts(first), _facts(second)
+        forker = zygote.zygote_for(sandbox.scrubbed_env())
+        assert isinstance(first.proc, zygote.ForkedProcess)
+        assert a["ppid"] == forker.proc.pid  # forked, not started with python -m
+        assert a["sid"] == a["pid"]  # a session of its own: killpg reaches all it starts
+        assert a["cwd"] == str(first.workdir)
+        expected = sandbox.scrubbed_env({"KA_PROBE": "yes"})
+        expected.update(HOME=str(first.workdir), TMPDIR=str(first.workdir))
+        assert {k: v for k, v in a["env"].items() if k != "KA_ADDRESS_LIMIT"} == expected
+        assert len(a["fds"]) <= 6  # stdin, the log twice, its two pipes (and the listing's own)
+        assert a["random"] != b["random"]  # not the zygote's random state
+        assert a["argv0"].endswith("_child.py")
+
+
+@pytest.mark.skipif(not zygote.enabled(), reason="KERNELARENA_ZYGOTE=0")
+def test_exit_codes_and_signals_come_back_as_popen_gives_them():
+    child = sandbox.spawn("compile")
+    with child:
+        child.send({"kernel_source": "import os\nos._exit(7)\n", "env": {}, "spare": False})
+        with pytest.raises(sandbox.ChildError) as excinfo:
+            child.recv(time.monotonic() + 120)
+        assert "exited early with code 7" in str(excinfo.value)
+    killed = sandbox.spawn("compile")
+    with killed:
+        killed.send({"kernel_source": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", "env": {},
+                     "spare": False})
+        with pytest.raises(sandbox.ChildError) as excinfo:
+            killed.recv(time.monotonic() + 120)
+        assert "killed by signal SIGKILL" in str(excinfo.value)
+        assert killed.proc.returncode == -signal.SIGKILL
+
+
+@pytest.mark.skipif(not zygote.enabled(), reason="KERNELARENA_ZYGOTE=0")
+def test_a_dead_zygote_is_replaced_and_its_running_children_end():
+    first = zygote.zygote_for(sandbox.scrubbed_env())
+    waiting = sandbox.spawn("compile")  # waits for its setup: alive until the zygote goes
+    os.kill(first.proc.pid, signal.SIGKILL)
+    with waiting:
+        assert waiting.proc.wait(timeout=30) == -signal.SIGKILL  # it asked to die with its parent
+    deadline = time.monotonic() + 10
+    while first.alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with _run_compile_child(PROBE)[0] as child:
+        assert child.proc.wait(timeout=30) == 0
+        second = zygote.zygote_for(sandbox.scrubbed_env())
+        assert second is not first and _facts(child)["ppid"] == second.proc.pid
+
+
+def test_switched_off_children_start_with_python_m(monkeypatch):
+    monkeypatch.setenv("KERNELARENA_ZYGOTE", "0")
+    with _run_compile_child(PROBE)[0] as child:
+        assert isinstance(child.proc, subprocess.Popen)
+        assert child.proc.wait(timeout=60) == 0
+        assert _facts(child)["ppid"] == os.getpid()
