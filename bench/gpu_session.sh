@@ -14,6 +14,8 @@
 #                                      # elements, fidelity, ncu) for a session with ~9 minutes left
 #   PART=5 bash bench/gpu_session.sh   # gpu tests, compile (1 load_inline, 6 ours), throughput at 1, 4 and 16
 #                                      # workers (1M elements, 3 rounds each), fidelity and ncu on gelu
+#   PART=7 bash bench/gpu_session.sh   # the fault test, compile (1 load_inline, 6 ours), throughput at 4 and
+#                                      # 16 workers (16 and 64 candidates of 1M elements), fidelity, ncu
 #   PART=6 bash bench/gpu_session.sh   # every suite task once (medians), ncu on all of them, throughput on
 #                                      # every GPU (the 2-GPU kind)
 set -uo pipefail
@@ -26,6 +28,9 @@ case "${PART:-all}" in
        "${TP_WORKERS:=1 4 16}" "${TP_ROUNDS:=3}" "${TP_SIZE:=1048576}" "${TPN_S:=0}" "${FIDELITY_S:=60}" "${NCU_S:=30}" ;;
   6) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=150}" "${TP_ROUNDS:=3}" "${TP_SIZE:=1048576}" \
        "${FIDELITY_ONLY:=}" "${FIDELITY_REPEAT:=1}" "${FIDELITY_S:=150}" "${NCU_S:=220}" ;;
+  7) : "${TESTS:=tests/gpu_workers/test_gpu_faults.py}" "${TESTS_S:=110}" "${COMPILE_S:=200}" "${COMPILE_N:=1}" \
+       "${EXTRA_OURS:=5}" "${TP1_S:=130}" "${TP_WORKERS:=4 16}" "${TP_N:=16}" "${TP_ROUNDS:=4}" "${TP_SIZE:=1048576}" \
+       "${TPN_S:=0}" "${FIDELITY_S:=100}" "${NCU_S:=20}" ;;
   3) : "${COMPILE_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" "${TESTS_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${SUITE_S:=540}" ;;
 esac
 OUT=${OUT:-/tmp/ka-out}; mkdir -p "$OUT"

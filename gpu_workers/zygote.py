@@ -252,13 +252,22 @@ def _exit_code(status: int) -> int:
     return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
-def _die_with(parent: int) -> None:
-    """SIGKILL when the zygote dies; if it died before we asked, go now."""
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE = 1, 4
+
+
+def _prctl(option: int, value: int) -> None:
     import ctypes
 
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(option, value)
+
+
+def _die_with(parent: int) -> None:
+    """SIGKILL when the zygote dies; if it died before we asked, go now. Dumpable again, as a child
+    started with python -m is (the zygote is not, see serve)."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:
         os._exit(1)
+    _prctl(_PR_SET_DUMPABLE, 1)
 
 
 def _become_child(request: dict[str, Any], fds: list[int], parent: int) -> None:
@@ -307,6 +316,9 @@ def _become_child(request: dict[str, Any], fds: list[int], parent: int) -> None:
 
 
 def serve(fd: int) -> None:
+    # Not dumpable: a child's native code cannot open /proc/<zygote>/mem or ptrace it to poison the
+    # children forked after it (the zygote outlives every evaluation).
+    _prctl(_PR_SET_DUMPABLE, 0)
     sock = socket.socket(fileno=fd)
     import torch
 
