@@ -16,6 +16,8 @@
 #                                      # workers (1M elements, 3 rounds each), fidelity and ncu on gelu
 #   PART=7 bash bench/gpu_session.sh   # the fault test, compile (1 load_inline, 6 ours), throughput at 4 and
 #                                      # 16 workers (16 and 64 candidates of 1M elements), fidelity, ncu
+#   PART=8 bash bench/gpu_session.sh   # throughput at 16 workers (64 candidates of 1M elements) under each cap
+#                                      # on shared GPU holders in CAPS (KERNELARENA_GPU_SHARED_MAX; 0: none)
 #   PART=6 bash bench/gpu_session.sh   # every suite task once (medians), ncu on all of them, throughput on
 #                                      # every GPU (the 2-GPU kind)
 set -uo pipefail
@@ -31,6 +33,8 @@ case "${PART:-all}" in
   7) : "${TESTS:=tests/gpu_workers/test_gpu_faults.py}" "${TESTS_S:=110}" "${COMPILE_S:=200}" "${COMPILE_N:=1}" \
        "${EXTRA_OURS:=5}" "${TP1_S:=130}" "${TP_WORKERS:=4 16}" "${TP_N:=16}" "${TP_ROUNDS:=4}" "${TP_SIZE:=1048576}" \
        "${TPN_S:=0}" "${FIDELITY_S:=100}" "${NCU_S:=20}" ;;
+  8) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" \
+       "${CAPS:=0 2 4 8}" "${CAP_S:=110}" ;;
   3) : "${COMPILE_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" "${TESTS_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${SUITE_S:=540}" ;;
 esac
 OUT=${OUT:-/tmp/ka-out}; mkdir -p "$OUT"
@@ -56,6 +60,10 @@ TAIL=${TP_TAIL:-6} step throughput_1gpu "${TP1_S:-100}" $CORES16 python3 bench/t
   --workers ${TP_WORKERS:-16} --candidates "${TP_N:-32}" --rounds "${TP_ROUNDS:-0}" --size "${TP_SIZE:-0}"
 [ "$GPUS" -gt 1 ] && TAIL=4 step throughput_all_gpus "${TPN_S:-100}" python3 bench/throughput.py --device cuda --build \
   --gpus "$GPUS" --workers 16 --candidates "${TP_N:-32}" --rounds "${TP_ROUNDS:-0}" --size "${TP_SIZE:-0}"
+for cap in ${CAPS:-}; do
+  TAIL=4 KERNELARENA_GPU_SHARED_MAX=$cap step "throughput_cap$cap" "${CAP_S:-110}" $CORES16 python3 bench/throughput.py \
+    --device cuda --build --gpus 1 --workers 16 --candidates 64 --size 1048576
+done
 TAIL=${FIDELITY_TAIL:-3} step fidelity "${FIDELITY_S:-220}" python3 bench/eval_timeline.py --device cuda \
   --only ${FIDELITY_ONLY-gelu} --repeat "${FIDELITY_REPEAT:-5}" --out "$OUT/fidelity.json"
 [ -f "$OUT/fidelity.json" ] && step ncu "${NCU_S:-90}" python3 bench/ncu_agreement.py --suite-json "$OUT/fidelity.json" \

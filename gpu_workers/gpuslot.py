@@ -9,7 +9,10 @@ trials) may overlap with other evaluations' work. Each GPU therefore has a reade
   *exclusive* and only then lets the child start; afterwards it goes back to shared.
 
 A turnstile gives a waiting timer priority: while one waits, no new shared holder enters, so the
-holders drain and the timer gets the GPU. The locks are ``flock``s on files named after the GPU's UUID,
+holders drain and the timer gets the GPU. ``KERNELARENA_GPU_SHARED_MAX=K`` caps the shared holders
+of one GPU at K (a shared holder first takes one of K seats): without MPS, every process on a GPU
+gets time slices of it in turn, so many concurrent holders each run slower and a timer waits longer
+for them to drain. Unset or 0: no cap. The locks are ``flock``s on files named after the GPU's UUID,
 so they hold across threads (each acquisition opens its own descriptors), across worker processes
 (several Celery workers on one node) and across Ray actors that see the same GPU under different
 indices. A child is spawned first and receives its setup only once its evaluation holds the lock, so
@@ -21,6 +24,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,6 +54,13 @@ def exclusive() -> bool:
     return os.environ.get("KERNELARENA_GPU_EXCLUSIVE", "1") != "0"
 
 
+def shared_max() -> int:
+    try:
+        return max(0, int(os.environ.get("KERNELARENA_GPU_SHARED_MAX", "0") or 0))
+    except ValueError:
+        return 0
+
+
 def slot_name(hardware: dict[str, Any]) -> str:
     gpu = hardware.get("gpu") or {}
     ident = gpu.get("uuid") or f"{hardware.get('name', 'gpu')}-{gpu.get('index', 0)}"
@@ -63,6 +74,8 @@ class GpuSlot:
         self.active = device == "cuda" and exclusive()
         self.use = use if use is not None else SlotUse()
         self._lock = self._turnstile = -1
+        self._seats: list[int] = []
+        self._seat = -1  # the seat descriptor held while shared, when seats are capped
         self._mode = 0  # 0: none, LOCK_SH or LOCK_EX
         self._since = 0.0
         if self.active:
@@ -71,9 +84,33 @@ class GpuSlot:
             name = slot_name(hardware)
             self._lock = os.open(folder / f"gpu-{name}.lock", os.O_CREAT | os.O_RDWR, 0o600)
             self._turnstile = os.open(folder / f"gpu-{name}.turnstile", os.O_CREAT | os.O_RDWR, 0o600)
+            self._seats = [os.open(folder / f"gpu-{name}.seat{i}", os.O_CREAT | os.O_RDWR, 0o600)
+                           for i in range(shared_max())]
+
+    def _take_seat(self) -> None:
+        """One of the K seats, before the turnstile (a seat holder never blocks a timer)."""
+        if not self._seats:
+            return
+        for seat in self._seats:
+            try:
+                fcntl.flock(seat, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._seat = seat
+                return
+            except BlockingIOError:
+                continue
+        seat = self._seats[(os.getpid() * 31 + threading.get_ident()) % len(self._seats)]
+        fcntl.flock(seat, fcntl.LOCK_EX)
+        self._seat = seat
+
+    def _drop_seat(self) -> None:
+        if self._seat >= 0:
+            fcntl.flock(self._seat, fcntl.LOCK_UN)
+            self._seat = -1
 
     def _take(self, mode: int) -> float:
         asked = time.monotonic()
+        if mode == fcntl.LOCK_SH:
+            self._take_seat()
         fcntl.flock(self._turnstile, fcntl.LOCK_EX)  # behind any timer already waiting
         try:
             fcntl.flock(self._lock, mode)
@@ -92,6 +129,7 @@ class GpuSlot:
                 self.use.exclusive_s += held
             fcntl.flock(self._lock, fcntl.LOCK_UN)
             self._mode = 0
+        self._drop_seat()
 
     def shared(self) -> float:
         """Hold the GPU for work that may overlap with other evaluations' work; returns seconds waited."""
@@ -112,8 +150,8 @@ class GpuSlot:
     def close(self) -> None:
         if self.active:
             self._drop()
-            os.close(self._lock)
-            os.close(self._turnstile)
+            for handle in (self._lock, self._turnstile, *self._seats):
+                os.close(handle)
             self.active = False
 
 

@@ -133,3 +133,29 @@ def test_a_childs_gpu_is_counted_within_what_the_worker_was_given(monkeypatch):
         visible_device(2)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert visible_device(1) == "1"
+
+
+def _most_inside(log) -> int:
+    inside = most = 0
+    for _, kind, _ in sorted(log, key=lambda e: (e[2], e[1] == "in")):  # an exit before an entry at a tie
+        inside += 1 if kind == "in" else -1
+        most = max(most, inside)
+    return most
+
+
+def test_a_cap_on_shared_holders_is_kept_and_a_timer_still_gets_in(monkeypatch):
+    monkeypatch.setenv("KERNELARENA_GPU_SHARED_MAX", "2")
+    work: list = []
+    threads = [threading.Thread(target=_hold, args=(H200_A, work, i, 0.2, "shared")) for i in range(5)]
+    for t in threads:
+        t.start()
+    time.sleep(0.05)
+    timer: list = []
+    timing = threading.Thread(target=_hold, args=(H200_A, timer, "timer", 0.1, "exclusive"))
+    timing.start()
+    for t in threads + [timing]:
+        t.join()
+    assert _most_inside(work) == 2  # two at once, never three
+    assert len(work) == 10 and len(timer) == 2
+    timer_in, timer_out = timer[0][2], timer[1][2]
+    assert not any(timer_in < at < timer_out for _, _, at in work)  # nothing shared while it timed
