@@ -7,6 +7,8 @@ threads to keep several evaluations in flight. The Ray pool places one evaluator
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -63,14 +65,59 @@ class LocalPool:
         self.shutdown()
 
 
+@contextlib.contextmanager
+def _real_stderr() -> Iterator[None]:
+    """ray.init enables faulthandler on sys.stderr, which needs a file descriptor; a Celery worker's
+    sys.stderr is a logging proxy without one. Lend it the process's own stderr meanwhile."""
+    try:
+        sys.stderr.fileno()
+        usable = True
+    except (AttributeError, OSError, ValueError):
+        usable = False
+    if usable or sys.__stderr__ is None:
+        yield
+        return
+    saved, sys.stderr = sys.stderr, sys.__stderr__
+    try:
+        yield
+    finally:
+        sys.stderr = saved
+
+
+def _actor_class(ray: Any, gpus: int, concurrency: int) -> Any:
+    @ray.remote(num_gpus=1 if gpus else 0, max_concurrency=concurrency, max_restarts=-1, max_task_retries=1)
+    class EvaluatorActor:  # CUDA is initialised inside the actor's own children, never in the actor
+        def __init__(self) -> None:
+            import os
+
+            self.pid = os.getpid()
+            self.served = 0
+
+        def evaluate(self, payload: dict[str, Any]) -> dict[str, Any]:
+            request = EvalRequest.from_dict(payload)
+            request.gpu_index = 0  # the first of the GPUs Ray gave this actor (its CUDA_VISIBLE_DEVICES)
+            result = _safe_evaluate(request).to_dict()
+            self.served += 1
+            return result
+
+        def stats(self) -> dict[str, int]:
+            return {"pid": self.pid, "served": self.served}
+
+    return EvaluatorActor
+
+
 class RayPool:
     """One evaluator actor per GPU (``num_gpus=1``), joined through RAY_ADDRESS when set.
 
     Each actor runs up to ``concurrency`` evaluations at once (a threaded actor): their compiles and
-    child starts overlap, and the GPU slot (``gpuslot``) lets one of them at a time run code on the
-    actor's GPU."""
+    child starts overlap, and the GPU slot (``gpuslot``) keeps every timing alone on the actor's
+    GPU. With ``name``, the actors are named, detached and shared: every process that asks
+    for the same name on the cluster (each Celery worker process of the ``gpu`` queue) gets the same
+    actors, so a node still has one actor per GPU however many processes feed it. An actor that dies
+    is restarted and its evaluations in flight are retried once."""
 
-    def __init__(self, actors: int | None = None, address: str | None = None, concurrency: int = 4):
+    def __init__(self, actors: int | None = None, address: str | None = None, concurrency: int = 4,
+                 name: str | None = None, namespace: str = "kernelarena"):
         try:
             import ray
         except ImportError as exc:  # Ray is optional at import
@@ -81,18 +128,18 @@ class RayPool:
             raise ValueError("concurrency must be at least 1")
         self._ray = ray
         if not ray.is_initialized():
-            ray.init(address=address or os.environ.get("RAY_ADDRESS") or None, ignore_reinit_error=True)
+            with _real_stderr():
+                ray.init(address=address or os.environ.get("RAY_ADDRESS") or None, ignore_reinit_error=True,
+                         namespace=namespace)
         gpus = int(ray.cluster_resources().get("GPU", 0))
         count = actors or max(gpus, 1)
-
-        @ray.remote(num_gpus=1 if gpus else 0, max_concurrency=concurrency)
-        class EvaluatorActor:  # CUDA is initialised inside the actor's own children, never in a parent
-            def evaluate(self, payload: dict[str, Any]) -> dict[str, Any]:
-                request = EvalRequest.from_dict(payload)
-                request.gpu_index = 0  # the first of the GPUs Ray gave this actor (its CUDA_VISIBLE_DEVICES)
-                return _safe_evaluate(request).to_dict()
-
-        self._actors = [EvaluatorActor.remote() for _ in range(count)]
+        actor_class = _actor_class(ray, gpus, concurrency)
+        self.names = [f"{name}-{i}" for i in range(count)] if name else []
+        if name:
+            self._actors = [actor_class.options(name=n, namespace=namespace, get_if_exists=True,
+                                                lifetime="detached").remote() for n in self.names]
+        else:
+            self._actors = [actor_class.remote() for _ in range(count)]
         self._next = 0
         self._executor = cf.ThreadPoolExecutor(max_workers=count * concurrency)
 
@@ -102,10 +149,17 @@ class RayPool:
         ref = actor.evaluate.remote(request.to_dict())
         return self._executor.submit(lambda: EvalResult.from_dict(self._ray.get(ref)))
 
+    def evaluate(self, request: EvalRequest) -> EvalResult:
+        return self.submit(request).result()
+
     def map(self, requests: Iterable[EvalRequest]) -> Iterator[EvalResult]:
         futures = [self.submit(r) for r in requests]
         for future in futures:
             yield future.result()
+
+    def stats(self) -> list[dict[str, int]]:
+        """Each actor's process id and how many evaluations it has finished."""
+        return self._ray.get([actor.stats.remote() for actor in self._actors])
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=True)
@@ -115,3 +169,17 @@ class RayPool:
 
     def __exit__(self, *exc: Any) -> None:
         self.shutdown()
+
+
+_shared_pools: dict[tuple[int, str], RayPool] = {}
+
+
+def shared_ray_pool(name: str = "kernelarena-evaluator") -> RayPool:
+    """This process's handle on the cluster's named evaluator actors (RAY_ADDRESS), made once per
+    process: what the Celery ``gpu`` queue feeds with EVAL_POOL=ray."""
+    import os
+
+    key = (os.getpid(), name)
+    if key not in _shared_pools:
+        _shared_pools[key] = RayPool(name=name)
+    return _shared_pools[key]

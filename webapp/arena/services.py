@@ -236,7 +236,12 @@ def evaluation_run(*, evaluation_id: int) -> Evaluation | None:
             trials=settings.EVAL_TRIALS,
             gpu_index=evaluation_gpu(evaluation_id=evaluation_id, device=evaluation.device),
         )
-        result = evaluate(request)
+        if settings.EVAL_POOL == "ray":
+            from gpu_workers.pool import shared_ray_pool
+
+            result = shared_ray_pool().evaluate(request)  # one actor per GPU, fed by every gpu-queue process
+        else:
+            result = evaluate(request)
     except Exception as exc:
         if _is_time_limit(exc):
             evaluation_mark_error(
