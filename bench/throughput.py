@@ -6,6 +6,7 @@ build (compile + verify + profile); without it they are PyTorch-level candidates
 
     python bench/throughput.py --device cpu --workers 1 2 4 --candidates 8
     python bench/throughput.py --device cuda --build --workers 1 4 16 --candidates 48
+    python bench/throughput.py --device cpu --build --workers 1 2 --candidates 4 --zygote both
 """
 
 from __future__ import annotations
@@ -87,63 +88,81 @@ def main() -> int:
     parser.add_argument("--gpus", type=int, default=0, help="spread CUDA evaluations over this many GPUs")
     parser.add_argument("--timing-budget", type=float, default=0.2)
     parser.add_argument("--size", type=int, default=0, help="elements per input (default: the task's profile)")
+    parser.add_argument("--zygote", choices=["on", "off", "both"], default="on",
+                        help="children forked from the zygote, started with python -m, or both side by side")
     args = parser.parse_args()
 
     task = TASK if not args.size else TASK.replace('PROFILES = {"cpu": {"N": 1 << 16}, "cuda": {"N": 1 << 24}}',
                                                     f'PROFILES = {{"cpu": {{"N": {args.size}}}, "cuda": {{"N": {args.size}}}}}')
+    rates: dict[tuple[int, str], float] = {}
+    offset = 0
+    modes = ["off", "on"] if args.zygote == "both" else [args.zygote]
+    for workers in args.workers:
+        for mode in modes:
+            os.environ["KERNELARENA_ZYGOTE"] = "1" if mode == "on" else "0"
+            count = max(args.candidates, args.rounds * workers)
+            label = f"{workers} worker(s)" + (f", children {'forked from the zygote' if mode == 'on' else 'started with python -m'}"
+                                              if len(modes) > 1 else "")
+            rates[(workers, mode)] = _batch(args, task, workers, offset, count, label)
+            offset += count
+        if len(modes) > 1:
+            print(f"zygote vs python -m children at {workers} worker(s): "
+                  f"{rates[(workers, 'on')] / rates[(workers, 'off')]:.2f}x", flush=True)
+    for mode in modes:
+        base = rates[(args.workers[0], mode)]
+        for workers in args.workers:
+            print(f"throughput at {workers} workers vs {args.workers[0]}"
+                  f"{' (zygote ' + mode + ')' if len(modes) > 1 else ''}: {rates[(workers, mode)] / base:.2f}x")
+    return 0
+
+
+def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count: int, label: str) -> float:
+    """One batch of ``count`` distinct candidates through a pool of ``workers``; returns evaluations per minute."""
     from gpu_workers import EvalRequest
     from gpu_workers.pool import LocalPool
 
-    rates = {}
-    offset = 0
-    for workers in args.workers:
-        requests = []
-        count = max(args.candidates, args.rounds * workers)
-        for i in range(count):
-            index = offset + i
-            source = build_candidate(args.device, index) if args.build else OPEN_CANDIDATE.format(index=index)
-            requests.append(EvalRequest(task_source=task, kernel_source=source, device=args.device,
-                                        track="strict" if args.build else "open", baselines=("eager",),
-                                        timing_budget_s=args.timing_budget))
-        offset += count
-        started = time.perf_counter()
-        cpu_before = _cpu_seconds()
-        results, finished = [], []
-        with LocalPool(workers=workers, gpus=args.gpus) as pool:
-            for _, result in pool.as_completed(requests):
-                results.append(result)
-                finished.append(time.perf_counter() - started)
-                slot = result.timing_stats.get("gpu_slot") or {}
-                print(f"  [{time.perf_counter() - started:6.1f} s] {result.status} in {result.duration_s} s "
-                      f"(compile {(result.compile_ms or 0) / 1e3:.1f} s, GPU held {slot.get('held_s', 0)} s of which "
-                      f"alone {slot.get('exclusive_s', 0)} s, waited {slot.get('wait_s', 0)} s)", flush=True)
-        elapsed = time.perf_counter() - started
-        cpu_per_eval = (_cpu_seconds() - cpu_before) / max(len(results), 1)
-        statuses = Counter(r.status for r in results)
-        rates[workers] = count / elapsed * 60
-        # after the first round (starting children, caches, the zygote): completions per minute
-        steady = ((len(finished) - workers) / (finished[-1] - finished[workers - 1]) * 60
-                  if len(finished) > workers and finished[-1] > finished[workers - 1] else None)
-        busy: dict[int, float] = {}  # seconds some evaluation held the GPU (shared holders overlap)
-        alone: dict[int, float] = {}  # seconds of timing with the GPU to itself
-        for r in results:
-            gpu = (r.hardware.get("gpu") or {}).get("index", 0)
-            slot = r.timing_stats.get("gpu_slot") or {}
-            busy[gpu] = busy.get(gpu, 0.0) + float(slot.get("held_s", 0.0))
-            alone[gpu] = alone.get(gpu, 0.0) + float(slot.get("exclusive_s", 0.0))
-        compile_s = sorted((r.compile_ms or 0) / 1e3 for r in results if r.compile_ms)
-        median_compile = compile_s[len(compile_s) // 2] if compile_s else 0.0
-        occupancy = ", ".join(f"GPU {g}: held {held / elapsed:.0%} of the wall time (over 100%: work overlapped), "
-                              f"timing alone {alone[g] / elapsed:.0%}" for g, held in sorted(busy.items())
-                              if args.device == "cuda")
-        steady_text = f" (after the first {workers}: {steady:.1f}/min)" if steady else ""
-        print(f"{workers} worker(s): {count} candidates in {elapsed:.1f} s = {rates[workers]:.1f}/min{steady_text} "
-              f"{dict(statuses)}; median compile {median_compile:.1f} s; {occupancy or 'no GPU slot'}; CPU {cpu_per_eval:.1f} busy core-s "
-              f"per evaluation (the whole machine's)", flush=True)
-    base = rates[args.workers[0]]
-    for workers, rate in rates.items():
-        print(f"throughput at {workers} workers vs {args.workers[0]}: {rate / base:.2f}x")
-    return 0
+    requests = []
+    for i in range(count):
+        index = offset + i
+        source = build_candidate(args.device, index) if args.build else OPEN_CANDIDATE.format(index=index)
+        requests.append(EvalRequest(task_source=task, kernel_source=source, device=args.device,
+                                    track="strict" if args.build else "open", baselines=("eager",),
+                                    timing_budget_s=args.timing_budget))
+    started = time.perf_counter()
+    cpu_before = _cpu_seconds()
+    results, finished = [], []
+    with LocalPool(workers=workers, gpus=args.gpus) as pool:
+        for _, result in pool.as_completed(requests):
+            results.append(result)
+            finished.append(time.perf_counter() - started)
+            slot = result.timing_stats.get("gpu_slot") or {}
+            print(f"  [{time.perf_counter() - started:6.1f} s] {result.status} in {result.duration_s} s "
+                  f"(compile {(result.compile_ms or 0) / 1e3:.1f} s, GPU held {slot.get('held_s', 0)} s of which "
+                  f"alone {slot.get('exclusive_s', 0)} s, waited {slot.get('wait_s', 0)} s)", flush=True)
+    elapsed = time.perf_counter() - started
+    cpu_per_eval = (_cpu_seconds() - cpu_before) / max(len(results), 1)
+    statuses = Counter(r.status for r in results)
+    rate = count / elapsed * 60
+    # after the first round (starting children, caches, the zygote): completions per minute
+    steady = ((len(finished) - workers) / (finished[-1] - finished[workers - 1]) * 60
+              if len(finished) > workers and finished[-1] > finished[workers - 1] else None)
+    busy: dict[int, float] = {}  # seconds some evaluation held the GPU (shared holders overlap)
+    alone: dict[int, float] = {}  # seconds of timing with the GPU to itself
+    for r in results:
+        gpu = (r.hardware.get("gpu") or {}).get("index", 0)
+        slot = r.timing_stats.get("gpu_slot") or {}
+        busy[gpu] = busy.get(gpu, 0.0) + float(slot.get("held_s", 0.0))
+        alone[gpu] = alone.get(gpu, 0.0) + float(slot.get("exclusive_s", 0.0))
+    compile_s = sorted((r.compile_ms or 0) / 1e3 for r in results if r.compile_ms)
+    median_compile = compile_s[len(compile_s) // 2] if compile_s else 0.0
+    occupancy = ", ".join(f"GPU {g}: held {held / elapsed:.0%} of the wall time (over 100%: work overlapped), "
+                          f"timing alone {alone[g] / elapsed:.0%}" for g, held in sorted(busy.items())
+                          if args.device == "cuda")
+    steady_text = f" (after the first {workers}: {steady:.1f}/min)" if steady else ""
+    print(f"{label}: {count} candidates in {elapsed:.1f} s = {rate:.1f}/min{steady_text} {dict(statuses)}; "
+          f"median compile {median_compile:.1f} s; {occupancy or 'no GPU slot'}; CPU {cpu_per_eval:.1f} busy core-s "
+          f"per evaluation (the whole machine's)", flush=True)
+    return rate
 
 
 if __name__ == "__main__":

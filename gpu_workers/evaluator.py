@@ -95,8 +95,8 @@ def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | No
     except (OSError, ValueError, KeyError, TypeError):
         flops_cached = None
     setup = {"task_source": request.task_source, "profile": profile, "device": _device_string(request),
-             "seeds": seeds, "baselines": wanted, "count_flops": flops_cached is None, "timing_budget_s": request.timing_budget_s,
-             "max_iters": max_timed_iterations(request.device),
+             "seeds": seeds, "baselines": wanted, "count_flops": flops_cached is None,
+             "timing_budget_s": request.timing_budget_s, "max_iters": max_timed_iterations(request.device),
              "threads": threads_for(request)}
     child = sandbox.spawn("reference", env_extra=child_env(request, hardware, None, hide_gpu=False),
                           memory_limit_mb=request.memory_limit_mb)
