@@ -23,6 +23,7 @@ import atexit
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -196,14 +197,12 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        import shutil
-
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 _zygotes: dict[tuple[int, tuple[tuple[str, str], ...]], Zygote] = {}
 _zygotes_lock = threading.Lock()
-_failure: list[str] = []
+_failed_at: list[float] = []  # when the last zygote failed to start: no retry for a minute
 
 
 def zygote_for(base_env: dict[str, str]) -> Zygote | None:
@@ -218,17 +217,23 @@ def zygote_for(base_env: dict[str, str]) -> Zygote | None:
         zygote = _zygotes.get(key)
         if zygote is not None and zygote.alive:
             return zygote
-        if _failure and time.monotonic() - float(_failure[0]) < 60:
+        if _failed_at and time.monotonic() - _failed_at[0] < 60:
             return None
         try:
             zygote = Zygote(base_env)
         except (ZygoteError, OSError) as exc:
-            _failure[:] = [str(time.monotonic())]
+            _failed_at[:] = [time.monotonic()]
             print(f"[kernelarena] children start with python -m (no zygote): {exc}", file=sys.stderr, flush=True)
             return None
-        _failure.clear()
+        _failed_at.clear()
         _zygotes[key] = zygote
         return zygote
+
+
+def running() -> list[Zygote]:
+    """This process's zygotes."""
+    with _zygotes_lock:
+        return [z for key, z in _zygotes.items() if key[0] == os.getpid()]
 
 
 def close_all() -> None:

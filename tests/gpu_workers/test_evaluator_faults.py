@@ -68,7 +68,7 @@ def _children(pid: int | str = "self") -> set[int]:
 def _children_of_this_process() -> set[int]:
     """Evaluation children: this process's own, and those its zygotes forked (a zygote itself lives
     as long as the worker)."""
-    zygotes = {z.proc.pid for z in zygote._zygotes.values()}
+    zygotes = {z.proc.pid for z in zygote.running()}
     pids = _children() - zygotes
     for pid in zygotes:
         pids |= _children(pid)
@@ -82,7 +82,7 @@ def fault_results(kernelarena_cache_dir) -> dict[str, EvalResult]:
         futures = {name: pool.submit(request) for name, request in RUNNING_FAULTS.items()}
         results = {name: future.result() for name, future in futures.items()}
     results["_leftover_children"] = _children_of_this_process() - before  # type: ignore[assignment]
-    results["_zygotes_alive"] = [z.alive for z in zygote._zygotes.values()]  # type: ignore[assignment]
+    results["_zygotes_alive"] = [z.alive for z in zygote.running()]  # type: ignore[assignment]
     return results
 
 

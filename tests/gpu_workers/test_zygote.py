@@ -25,11 +25,12 @@ print("FACTS " + json.dumps(facts), flush=True)
 '''
 
 
-def _run_compile_child(source: str, env_extra: dict[str, str] | None = None) -> tuple[sandbox.Child, dict]:
-    child = sandbox.spawn("compile", env_extra=env_extra or {"KA_PROBE": "yes"})
+def _run_compile_child(source: str) -> sandbox.Child:
+    """A compile child that ran ``source`` as the candidate's module and reported."""
+    child = sandbox.spawn("compile", env_extra={"KA_PROBE": "yes"})
     child.send({"kernel_source": source, "env": {}, "spare": False})
-    message = child.recv(time.monotonic() + 120)
-    return child, message
+    child.recv(time.monotonic() + 120)
+    return child
 
 
 def _facts(child: sandbox.Child) -> dict:
@@ -41,7 +42,7 @@ def _facts(child: sandbox.Child) -> dict:
 
 @pytest.mark.skipif(not zygote.enabled(), reason="KERNELARENA_ZYGOTE=0")
 def test_a_forked_child_has_its_own_session_folder_environment_and_descriptors():
-    with _run_compile_child(PROBE)[0] as first, _run_compile_child(PROBE)[0] as second:
+    with _run_compile_child(PROBE) as first, _run_compile_child(PROBE) as second:
         assert first.proc.wait(timeout=30) == 0 and second.proc.wait(timeout=30) == 0
         a, b = _facts(first), _facts(second)
         forker = zygote.zygote_for(sandbox.scrubbed_env())
@@ -85,7 +86,7 @@ def test_a_dead_zygote_is_replaced_and_its_running_children_end():
     deadline = time.monotonic() + 10
     while first.alive and time.monotonic() < deadline:
         time.sleep(0.05)
-    with _run_compile_child(PROBE)[0] as child:
+    with _run_compile_child(PROBE) as child:
         assert child.proc.wait(timeout=30) == 0
         second = zygote.zygote_for(sandbox.scrubbed_env())
         assert second is not first and _facts(child)["ppid"] == second.proc.pid
@@ -93,7 +94,7 @@ def test_a_dead_zygote_is_replaced_and_its_running_children_end():
 
 def test_switched_off_children_start_with_python_m(monkeypatch):
     monkeypatch.setenv("KERNELARENA_ZYGOTE", "0")
-    with _run_compile_child(PROBE)[0] as child:
+    with _run_compile_child(PROBE) as child:
         assert isinstance(child.proc, subprocess.Popen)
         assert child.proc.wait(timeout=60) == 0
         assert _facts(child)["ppid"] == os.getpid()

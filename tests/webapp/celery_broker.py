@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -87,3 +88,16 @@ def celery_worker(*, queue: str, redis_url: str, settings, log_path: Path, extra
         log.close()
         use_broker(app, old_broker)
         channel_layers.backends.clear()
+
+
+def wait_finished(evaluation, timeout_s: float, worker: subprocess.Popen | None = None):
+    """Poll the row until it is finished, ``timeout_s`` has passed or (if given) the worker exited;
+    returns it refreshed."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and (worker is None or worker.poll() is None):
+        evaluation.refresh_from_db()
+        if evaluation.is_finished:
+            break
+        time.sleep(0.5)
+    evaluation.refresh_from_db()
+    return evaluation

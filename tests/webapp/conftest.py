@@ -120,6 +120,30 @@ def make_kernel(make_task, make_submitter):
     return make
 
 
+SILU_OPEN = """import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return x * torch.sigmoid(x)
+"""
+
+
+@pytest.fixture
+def make_silu_kernel(make_task, make_kernel):
+    """The suite's silu task and an honest open-track kernel for it: a real evaluation, passed in seconds."""
+
+    def make() -> Kernel:
+        task_source = (ROOT / "gpu_workers/suite/tasks/silu.py").read_text()
+        return make_kernel(task=make_task(name="silu", source=task_source), source=SILU_OPEN)
+
+    return make
+
+
 @pytest.fixture
 def make_evaluation(make_kernel, make_hardware):
     def make(

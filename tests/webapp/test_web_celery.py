@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.webapp.celery_broker import celery_worker
+from tests.webapp.celery_broker import celery_worker, wait_finished
 from webapp.arena import services
 
 pytestmark = [
@@ -19,22 +19,8 @@ pytestmark = [
     pytest.mark.usefixtures("stray_connections_closed"),
 ]
 
-ROOT = Path(__file__).resolve().parents[2]
 # A Redis database of its own, so teammates' workers on the default database never see these jobs.
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
-
-SILU_OPEN = """import torch
-import torch.nn as nn
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return x * torch.sigmoid(x)
-"""
-
 
 def _redis_or_skip() -> None:
     import redis
@@ -67,12 +53,11 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def test_a_worker_process_killed_mid_evaluation_loses_nothing(settings, tmp_path, make_task, make_kernel):
+def test_a_worker_process_killed_mid_evaluation_loses_nothing(settings, tmp_path, make_silu_kernel):
     """SIGKILL the process running the job: the job goes back on the queue and a new process finishes it."""
     log_path = tmp_path / "worker.log"
     extra = {"EVAL_BASELINES": "eager", "EVAL_TRIALS": "2"}
-    task_source = (ROOT / "gpu_workers/suite/tasks/silu.py").read_text()
-    kernel = make_kernel(task=make_task(name="silu", source=task_source), source=SILU_OPEN)
+    kernel = make_silu_kernel()
     with celery_worker(queue="gpu", redis_url=REDIS_URL, settings=settings, log_path=log_path, extra_env=extra,
                        pool="prefork") as worker:
         evaluation = services.evaluation_request(kernel_id=kernel.pk, track="open")
@@ -87,11 +72,7 @@ def test_a_worker_process_killed_mid_evaluation_loses_nothing(settings, tmp_path
                     os.kill(killed, signal.SIGKILL)  # mid-evaluation: its sandbox children die with it
             time.sleep(0.2)
         assert killed is not None, log_path.read_text()[-3000:]
-        while time.monotonic() < deadline:
-            evaluation.refresh_from_db()
-            if evaluation.is_finished:
-                break
-            time.sleep(0.5)
+        wait_finished(evaluation, max(0.0, deadline - time.monotonic()))
         log = log_path.read_text()
         assert worker.poll() is None, log[-3000:]
     assert evaluation.status == "passed", (evaluation.status, evaluation.error, log[-3000:])
@@ -99,20 +80,11 @@ def test_a_worker_process_killed_mid_evaluation_loses_nothing(settings, tmp_path
     assert "WorkerLostError" in log or "exited prematurely" in log
 
 
-def test_celery_worker_runs_a_real_evaluation(celery_worker_process, make_task, make_kernel):
+def test_celery_worker_runs_a_real_evaluation(celery_worker_process, make_silu_kernel):
     worker, log_path = celery_worker_process
-    task_source = (ROOT / "gpu_workers/suite/tasks/silu.py").read_text()
-    kernel = make_kernel(task=make_task(name="silu", source=task_source), source=SILU_OPEN)
+    kernel = make_silu_kernel()
 
-    evaluation = services.evaluation_request(kernel_id=kernel.pk, track="open")
-    deadline = time.monotonic() + 400
-    while time.monotonic() < deadline and worker.poll() is None:
-        evaluation.refresh_from_db()
-        if evaluation.is_finished:
-            break
-        time.sleep(0.5)
-
-    evaluation.refresh_from_db()
+    evaluation = wait_finished(services.evaluation_request(kernel_id=kernel.pk, track="open"), 400, worker)
     log = log_path.read_text()
     assert worker.poll() is None, log[-3000:]
     assert evaluation.status == "passed", (evaluation.status, evaluation.error, log[-3000:])

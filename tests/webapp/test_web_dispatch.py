@@ -112,14 +112,10 @@ def test_unknown_track_is_refused(make_kernel):
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_embedded_worker_runs_a_real_evaluation(settings, make_task, make_kernel):
+def test_embedded_worker_runs_a_real_evaluation(settings, make_silu_kernel):
     """No broker: the job runs on the in-process worker thread; the row goes queued -> running -> passed."""
     settings.JOB_BACKEND = "embedded"
-    from pathlib import Path
-
-    task_source = (Path(__file__).resolve().parents[2] / "gpu_workers/suite/tasks/silu.py").read_text()
-    task = make_task(name="silu", source=task_source)
-    kernel = make_kernel(task=task, source=SILU_OPEN)
+    kernel = make_silu_kernel()
 
     evaluation = services.evaluation_request(kernel_id=kernel.pk, track="open")
     seen = set()
@@ -144,19 +140,6 @@ def test_embedded_worker_runs_a_real_evaluation(settings, make_task, make_kernel
     assert evaluation.speedup_eager > 0
     assert evaluation.hardware.key.startswith("cpu:")
     assert evaluation.rule_set_name == "open"
-
-
-SILU_OPEN = """import torch
-import torch.nn as nn
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return x * torch.sigmoid(x)
-"""
 
 
 def test_evaluator_failure_is_an_error_row_not_a_verdict(make_evaluation):

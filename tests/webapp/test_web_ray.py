@@ -9,13 +9,11 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.webapp.celery_broker import celery_worker
-from tests.webapp.test_web_celery import SILU_OPEN
+from tests.webapp.celery_broker import celery_worker, wait_finished
 from webapp.arena import services
 
 ray = pytest.importorskip("ray")
@@ -27,7 +25,6 @@ pytestmark = [
     pytest.mark.usefixtures("stray_connections_closed"),
 ]
 
-ROOT = Path(__file__).resolve().parents[2]
 REDIS_URL = os.environ.get("TEST_RAY_REDIS_URL", "redis://127.0.0.1:6379/10")
 ACTOR = "kernelarena-evaluator-0"
 
@@ -58,21 +55,13 @@ def ray_cluster(tmp_path):
 
 
 def test_the_gpu_queue_hands_its_evaluation_to_the_ray_evaluator_actor(ray_cluster, settings, tmp_path,
-                                                                        make_task, make_kernel):
+                                                                        make_silu_kernel):
     log_path = tmp_path / "worker.log"
     extra = {"EVAL_BASELINES": "eager", "EVAL_TRIALS": "2", "EVAL_POOL": "ray", "RAY_ADDRESS": ray_cluster}
-    task_source = (ROOT / "gpu_workers/suite/tasks/silu.py").read_text()
-    kernel = make_kernel(task=make_task(name="silu", source=task_source), source=SILU_OPEN)
+    kernel = make_silu_kernel()
     with celery_worker(queue="gpu", redis_url=REDIS_URL, settings=settings, log_path=log_path,
                        extra_env=extra) as worker:
-        evaluation = services.evaluation_request(kernel_id=kernel.pk, track="open")
-        deadline = time.monotonic() + 400
-        while time.monotonic() < deadline and worker.poll() is None:
-            evaluation.refresh_from_db()
-            if evaluation.is_finished:
-                break
-            time.sleep(0.5)
-        evaluation.refresh_from_db()
+        evaluation = wait_finished(services.evaluation_request(kernel_id=kernel.pk, track="open"), 400, worker)
         log = log_path.read_text()
         assert evaluation.status == "passed", (evaluation.status, evaluation.error[-4000:], log[-2000:])
         worker_pid = worker.pid
