@@ -18,6 +18,11 @@
 #                                      # 16 workers (16 and 64 candidates of 1M elements), fidelity, ncu
 #   PART=8 bash bench/gpu_session.sh   # throughput at 16 workers (64 candidates of 1M elements) under each cap
 #                                      # on shared GPU holders in CAPS (KERNELARENA_GPU_SHARED_MAX; 0: none)
+#   PART=9 bash bench/gpu_session.sh   # test_gpu_hacks, throughput at 1, 4, 16 and 24 workers (1M elements,
+#                                      # 4 rounds), fidelity and ncu on gelu
+#   PART=10 bash bench/gpu_session.sh  # the fault and hack GPU tests, throughput at 1, 4, 16 and 24 workers
+#   PART=11 bash bench/gpu_session.sh  # the hack GPU tests, throughput at 1, 4 and 16 workers, fidelity and ncu
+#                                      # on gelu
 #   PART=6 bash bench/gpu_session.sh   # every suite task once (medians), ncu on all of them, throughput on
 #                                      # every GPU (the 2-GPU kind)
 set -uo pipefail
@@ -35,6 +40,15 @@ case "${PART:-all}" in
        "${TPN_S:=0}" "${FIDELITY_S:=100}" "${NCU_S:=20}" ;;
   8) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" \
        "${CAPS:=0 2 4 8}" "${CAP_S:=110}" ;;
+  9) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_S:=150}" "${COMPILE_S:=0}" "${TP1_S:=270}" \
+       "${TP_WORKERS:=1 4 16 24}" "${TP_N:=16}" "${TP_ROUNDS:=4}" "${TP_SIZE:=1048576}" "${TP_TAIL:=24}" "${TPN_S:=0}" \
+       "${FIDELITY_S:=100}" "${NCU_S:=25}" ;;
+  10) : "${TESTS:=tests/gpu_workers/test_gpu_faults.py tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_S:=230}" \
+        "${COMPILE_S:=0}" "${TP1_S:=290}" "${TP_WORKERS:=1 4 16 24}" "${TP_N:=8}" "${TP_ROUNDS:=4}" "${TP_SIZE:=1048576}" \
+        "${TP_TAIL:=24}" "${TPN_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" ;;
+  11) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_S:=150}" "${COMPILE_S:=0}" "${TP1_S:=140}" \
+        "${TP_WORKERS:=1 4 16}" "${TP_N:=8}" "${TP_ROUNDS:=4}" "${TP_SIZE:=1048576}" "${TP_TAIL:=12}" "${TPN_S:=0}" \
+        "${FIDELITY_S:=130}" "${NCU_S:=25}" ;;
   3) : "${COMPILE_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" "${TESTS_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${SUITE_S:=540}" ;;
 esac
 OUT=${OUT:-/tmp/ka-out}; mkdir -p "$OUT"

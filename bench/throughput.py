@@ -159,10 +159,35 @@ def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count
                           f"timing alone {alone[g] / elapsed:.0%}" for g, held in sorted(busy.items())
                           if args.device == "cuda")
     steady_text = f" (after the first {workers}: {steady:.1f}/min)" if steady else ""
+    print(f"  where an evaluation's time went (median seconds from its start; {_pauses(results)}): "
+          f"{_timeline_medians(results)}", flush=True)
     print(f"{label}: {count} candidates in {elapsed:.1f} s = {rate:.1f}/min{steady_text} {dict(statuses)}; "
           f"median compile {median_compile:.1f} s; {occupancy or 'no GPU slot'}; CPU {cpu_per_eval:.1f} busy core-s "
           f"per evaluation (the whole machine's)", flush=True)
     return rate
+
+
+def _timeline_medians(results: list) -> str:
+    """For each timeline mark that every evaluation reached (its first occurrence), the median
+    second at which it came, in that order."""
+    import statistics
+
+    firsts: list[dict[str, float]] = []
+    for r in results:
+        seen: dict[str, float] = {}
+        for label, at in r.timing_stats.get("timeline") or []:
+            seen.setdefault(str(label), float(at))
+        firsts.append(seen)
+    if not firsts:
+        return "no timelines"
+    common = set(firsts[0]).intersection(*firsts[1:])
+    medians = sorted((statistics.median(f[label] for f in firsts), label) for label in common)
+    return ", ".join(f"{label} {at:.2f}" for at, label in medians) or "no common marks"
+
+
+def _pauses(results: list) -> str:
+    pauses = [int((r.timing_stats.get("gpu_slot") or {}).get("pauses", 0)) for r in results]
+    return f"{sum(pauses)} pause(s) for a waiting timing in {len(results)} evaluations"
 
 
 if __name__ == "__main__":

@@ -71,12 +71,21 @@ class _Sender:
         self.seq += 1
         self._write(self._fd, {"phase": phase, "seq": self.seq, **payload}, self._key, self._save)
 
+    def _wait_go(self, why: str) -> None:
+        if self._in_fd < 0 or self._read(self._in_fd, 1) != b"g":
+            raise RuntimeError(f"the parent did not give its go {why}")
+
     def gpu_alone(self) -> None:
         """Ask the parent for the GPU to ourselves (a timing) and wait until it says go; until
         then other evaluations' work may be running on it (gpuslot)."""
         self("want_gpu")
-        if self._in_fd < 0 or self._read(self._in_fd, 1) != b"g":
-            raise RuntimeError("the parent did not grant the GPU for timing")
+        self._wait_go("for timing")
+
+    def pause(self, phase: str, **payload: Any) -> None:
+        """A message sent at a pause point (all GPU work so far synchronised), then wait for the
+        parent's go: meanwhile a timing of another evaluation may have the GPU (gpuslot)."""
+        self(phase, **payload)
+        self._wait_go(f"after {phase!r}")
 
 
 # ---- compile ---------------------------------------------------------------------------------
@@ -159,7 +168,8 @@ def _secret_reseed() -> None:
 
 
 # ---- reference -------------------------------------------------------------------------------
-def _role_reference(setup: dict[str, Any], send: _Sender) -> None:
+def _reference_work(setup: dict[str, Any], send: _Sender) -> None:
+    """Everything the reference reports but its final ``done``."""
     import copy
 
     import torch
@@ -190,6 +200,8 @@ def _role_reference(setup: dict[str, Any], send: _Sender) -> None:
             models64 = [copy.deepcopy(m).double() for m in models]
         except Exception as exc:  # noqa: BLE001
             fp64_error = f"no float64 reference: {exc}"
+    measure.synchronize(device)
+    send.pause("checkpoint", step="models")
 
     def run(config: int, inputs: list[Any], wide: bool = True) -> dict[str, Any]:
         with torch.no_grad():
@@ -207,6 +219,7 @@ def _role_reference(setup: dict[str, Any], send: _Sender) -> None:
 
     trial_inputs = [_make_inputs(task, seed, device) for _, seed in seeds["trials"]]
     trials = [run(config, inputs) for (config, _), inputs in zip(seeds["trials"], trial_inputs)]
+    send.pause("checkpoint", step="trials")  # run() ends with a copy to the CPU: nothing left queued
     # Timing inputs are checked against the fp32 reference; float64 is needed for the trials only.
     rotation_inputs = [_make_inputs(task, seed, device) for seed in seeds["rotations"]]
     rotations = [run(0, inputs, wide=False) for inputs in rotation_inputs]
@@ -246,9 +259,20 @@ def _role_reference(setup: dict[str, Any], send: _Sender) -> None:
                                               max_iters=int(setup.get("max_iters", 1000)),
                                               warmup_inputs=_fresh(trial_inputs[0], device))
             stats.pop("kept_outputs")
-            send("timing_end", baseline=name, stats=stats)
+            send.pause("timing_end", baseline=name, stats=stats)  # the next baseline's work waits for shared
         except Exception as exc:  # noqa: BLE001 - a baseline that cannot run is reported, not fatal
             send("baseline_failed", baseline=name, error=_short_traceback(exc, 2000))
+
+
+def _role_reference(setup: dict[str, Any], send: _Sender) -> None:
+    import gc
+
+    import torch
+
+    _reference_work(setup, send)
+    gc.collect()
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()  # a reference child kept for the next evaluation holds no GPU memory meanwhile
     send("done")
 
 
@@ -348,6 +372,8 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
     after_inputs = _make_inputs(task, seeds["after"], device)
     sys.modules.pop("kernelarena_task", None)
     del task
+    measure.synchronize(device)
+    send.pause("prepared")
     held: list[list[Any]] = []
 
     def fresh(values: list[Any]) -> list[Any]:
@@ -407,7 +433,7 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
         send("error", where="forward", build_error=False, error=describe(exc))
         return
     guard.seal()
-    send("ready", patched=sorted(patched | set(measure.patched_attributes())))
+    send.pause("ready", patched=sorted(patched | set(measure.patched_attributes())))
 
     def guarded(model, inputs: list[Any], trace: bool) -> dict[str, Any]:
         poisoner.poison()
@@ -457,7 +483,7 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
         except BaseException as exc:  # noqa: BLE001
             send("error", where=f"trial {index}", build_error=False, error=describe(exc))
             return
-        send("trial", index=index, **observed)
+        send.pause("trial", index=index, **observed)  # guarded() synchronised the device
     patched |= set(measure.patched_attributes())
 
     # 4. timing: new values in the same buffers every iteration; outputs kept for the parent
@@ -476,8 +502,8 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
         send("error", where="timing", build_error=False, error=describe(exc))
         return
     kept = stats.pop("kept_outputs")
-    send("timing_end", stats=stats)  # small and at once: the parent's wall clock stops here
-    send("timing_outputs", kept_outputs=[measure.to_cpu(k) for k in kept])
+    send.pause("timing_end", stats=stats)  # small and at once: the parent's wall clock stops here
+    send.pause("timing_outputs", kept_outputs=[measure.to_cpu(k) for k in kept])
     patched |= set(measure.patched_attributes())
 
     # 5. after timing: a fresh input, then trial 0 again (determinism, poisoned in between)
@@ -506,15 +532,16 @@ def _preload(role: str) -> None:
         importlib.import_module(f"{__package__ or 'gpu_workers'}.{name}")
 
 
-def main(argv: list[str]) -> int:
-    role, in_fd, out_fd = argv[0], int(argv[1]), int(argv[2])
-    _harden_process()
-    import torch  # noqa: F401 - before the setup arrives: the parent may hold it until the GPU is free
-    _preload(role)
-    setup = channel.read_message(in_fd)
-    if role == "compile":
-        os.close(in_fd)
-        in_fd = -1
+def _warm(setup: dict[str, Any], out_fd: int) -> None:
+    """Make the CUDA context before the setup comes (the parent holds the GPU shared meanwhile) and
+    say so: the context is then ready when the candidate's turn comes. No task or candidate code."""
+    import torch
+
+    _device({"device": setup["warm"]})
+    sandbox.write_message(out_fd, {"phase": "warm"}, None, torch.save)
+
+
+def _serve_one(role: str, setup: dict[str, Any], in_fd: int, out_fd: int) -> int:
     send = _Sender(out_fd, setup.pop("mac_key", None), in_fd)  # later reads: the parent's go for timing
     try:
         _ROLES[role](setup, send)
@@ -529,6 +556,29 @@ def main(argv: list[str]) -> int:
             pass
         return 1
     return 0
+
+
+def main(argv: list[str]) -> int:
+    role, in_fd, out_fd = argv[0], int(argv[1]), int(argv[2])
+    _harden_process()
+    import torch  # noqa: F401 - before the setup arrives: the parent may hold it until the GPU is free
+    _preload(role)
+    setup = channel.read_message(in_fd)
+    if role == "candidate" and "warm" in setup:
+        _warm(setup, out_fd)
+        setup = channel.read_message(in_fd)
+    if role == "compile":
+        os.close(in_fd)
+        in_fd = -1
+    while True:
+        code = _serve_one(role, setup, in_fd, out_fd)
+        if code or role != "reference" or not setup.get("serve"):
+            return code
+        # A reference child serves the next evaluation (refpool); the parent closes the pipe or kills it.
+        try:
+            setup = channel.read_message(in_fd)
+        except (OSError, EOFError, channel.FormatError):
+            return 0
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from . import judge, sandbox
+from . import judge, refpool, sandbox
 from .build import (
     BuildContext,
     PhaseFailure,
@@ -26,7 +26,7 @@ from .build import (
     compile_candidate,
     threads_for,
 )
-from .gpuslot import SlotUse, gpu_slot
+from .gpuslot import GpuSlot, SlotUse, gpu_slot
 from .hardware import ceilings, hardware_info
 from .reward import compute_reward, resolve_reward_config
 from .rules import default_rule_set, make_finding, static_scan, validate_rule_set
@@ -98,58 +98,81 @@ def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | No
              "seeds": seeds, "baselines": wanted, "count_flops": flops_cached is None,
              "timing_budget_s": request.timing_budget_s, "max_iters": max_timed_iterations(request.device),
              "threads": threads_for(request)}
-    child = sandbox.spawn("reference", env_extra=child_env(request, hardware, None, hide_gpu=False),
-                          memory_limit_mb=request.memory_limit_mb)
-    with child, gpu_slot(request.device, hardware, slot) as gpu:  # the child imports torch while we wait
-        timeline.mark("reference: slot")
-        child.send(setup)
-        deadline = time.monotonic() + request.run_timeout_s
-        try:
-            message = child.recv(deadline)
-            timeline.mark(f"reference: {message.get('phase')}")
-            if message.get("phase") == "error":
-                raise PhaseFailure("runtime_error", "the reference (task) failed to run: "
-                                   + str(message.get("error", ""))[-3000:], child.log_tail())
-            reference = message
-            if flops_cached is not None:
-                reference["flops"] = flops_cached
-            elif reference.get("flops") is not None:
-                flops_path.write_text(json.dumps({"flops": int(reference["flops"])}))
-            else:
-                reference["flops"] = 0
-            baselines = dict(cached)
-            begin_at = None
-            while True:
-                message = child.recv(deadline + request.run_timeout_s * len(wanted))
-                phase = message.get("phase")
-                timeline.mark(f"reference: {phase} {message.get('baseline') or ''}".rstrip())
-                if phase == "want_gpu":
-                    deadline += gpu.exclusive()  # waiting for the GPU is not the reference's time
-                    timeline.mark("reference: gpu alone")
-                    child.signal()
-                elif phase == "timing_begin":
-                    begin_at = time.monotonic()
-                elif phase == "timing_end":
-                    gpu.shared()
-                    wall = (time.monotonic() - begin_at) * 1e3 if begin_at else None
-                    stats = message["stats"]
-                    overhead = ((wall - stats["total_ms"]) / stats["iterations"]) if wall else None
-                    entry = {"stats": stats, "wall_ms": wall, "overhead_ms_per_iter": overhead}
-                    baselines[message["baseline"]] = entry
-                    _task_cache_path(request, hardware, profile, message["baseline"]).write_text(json.dumps(entry))
-                elif phase == "baseline_failed":
-                    baselines[message["baseline"]] = {"error": message.get("error", "")}
-                elif phase == "done":
-                    break
-                elif phase == "error":
-                    raise PhaseFailure("runtime_error", "the reference failed: " + str(message.get("error"))[-3000:],
-                                       child.log_tail())
-        except sandbox.ChildError as exc:
-            raise child_failure(exc, child, "running the reference", request.run_timeout_s) from None
+    env = child_env(request, hardware, None, hide_gpu=False)
+    child, reused = refpool.borrow(env, request.memory_limit_mb)
+    setup["serve"] = refpool.enabled()  # after its done, the child waits for the next evaluation's setup
+    timeline.mark("reference: reused" if reused else "reference: started")
+    clean = False
+    try:
+        with gpu_slot(request.device, hardware, slot) as gpu:
+            timeline.mark("reference: slot")
+            child.send(setup)
+            try:
+                reference, baselines = _reference_messages(request, hardware, profile, child, gpu, timeline,
+                                                           wanted, cached, flops_cached, flops_path)
+            except sandbox.ChildError as exc:
+                raise child_failure(exc, child, "running the reference", request.run_timeout_s) from None
+        clean = True
+    finally:
+        refpool.give_back(child, env, request.memory_limit_mb, clean)
     reference["baselines"] = baselines
     reference["seeds"] = seeds
     reference["profile"] = profile
     return reference
+
+
+def _reference_messages(request: EvalRequest, hardware: dict[str, Any], profile: str | None,
+                        child: sandbox.Child, gpu: GpuSlot, timeline: Timeline, wanted: list[str],
+                        cached: dict[str, dict[str, Any]], flops_cached: int | None,
+                        flops_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The reference child's messages, in order: pause points, its outputs, then each baseline's timing."""
+    deadline = time.monotonic() + request.run_timeout_s
+    message = child.recv(deadline)
+    while message.get("phase") == "checkpoint":  # a pause point: a waiting timing goes first
+        timeline.mark(f"reference: {message.get('step')}")
+        deadline += gpu.pause_point()
+        child.signal()
+        message = child.recv(deadline)
+    timeline.mark(f"reference: {message.get('phase')}")
+    if message.get("phase") == "error":
+        raise PhaseFailure("runtime_error", "the reference (task) failed to run: "
+                           + str(message.get("error", ""))[-3000:], child.log_tail())
+    reference = message
+    if flops_cached is not None:
+        reference["flops"] = flops_cached
+    elif reference.get("flops") is not None:
+        flops_path.write_text(json.dumps({"flops": int(reference["flops"])}))
+    else:
+        reference["flops"] = 0
+    baselines = dict(cached)
+    begin_at = None
+    while True:
+        message = child.recv(deadline + request.run_timeout_s * len(wanted))
+        phase = message.get("phase")
+        timeline.mark(f"reference: {phase} {message.get('baseline') or ''}".rstrip())
+        if phase == "want_gpu":
+            deadline += gpu.exclusive()  # waiting for the GPU is not the reference's time
+            timeline.mark("reference: gpu alone")
+            child.signal()
+        elif phase == "timing_begin":
+            begin_at = time.monotonic()
+        elif phase == "timing_end":
+            wall = (time.monotonic() - begin_at) * 1e3 if begin_at else None
+            deadline += gpu.shared()  # the child waits for this before its next GPU work
+            child.signal()
+            stats = message["stats"]
+            overhead = ((wall - stats["total_ms"]) / stats["iterations"]) if wall else None
+            entry = {"stats": stats, "wall_ms": wall, "overhead_ms_per_iter": overhead}
+            baselines[message["baseline"]] = entry
+            _task_cache_path(request, hardware, profile, message["baseline"]).write_text(json.dumps(entry))
+        elif phase == "baseline_failed":
+            gpu.shared()  # it may have failed while timing
+            baselines[message["baseline"]] = {"error": message.get("error", "")}
+        elif phase == "done":
+            return reference, baselines
+        elif phase == "error":
+            raise PhaseFailure("runtime_error", "the reference failed: " + str(message.get("error"))[-3000:],
+                               child.log_tail())
 
 
 def _device_string(request: EvalRequest) -> str:
@@ -157,6 +180,8 @@ def _device_string(request: EvalRequest) -> str:
     return "cuda:0" if request.device == "cuda" else "cpu"
 
 
+# Candidate messages after which the child waits for the parent's go (its GPU work synchronised).
+_PAUSE_POINTS = frozenset({"prepared", "ready", "trial", "timing_end", "timing_outputs"})
 
 
 def _spawn_candidate(request: EvalRequest, hardware: dict[str, Any], build: BuildContext) -> sandbox.Child:
@@ -164,6 +189,22 @@ def _spawn_candidate(request: EvalRequest, hardware: dict[str, Any], build: Buil
     reference run, then waits for its setup (no candidate code runs before that)."""
     return sandbox.spawn("candidate", env_extra=child_env(request, hardware, build, hide_gpu=False),
                          memory_limit_mb=request.memory_limit_mb, address_space_limit=request.device == "cpu")
+
+
+def _warm_candidate(request: EvalRequest, hardware: dict[str, Any], child: sandbox.Child, slot: SlotUse,
+                    timeline: Timeline) -> None:
+    """The candidate child makes its CUDA context while the compile runs, holding the GPU shared (a
+    context's creation is GPU work); no task or candidate code runs in it yet."""
+    with gpu_slot(request.device, hardware, slot):
+        child.send({"warm": _device_string(request)})
+        try:
+            message = child.recv(time.monotonic() + request.run_timeout_s)
+        except sandbox.ChildError as exc:
+            raise child_failure(exc, child, "starting the candidate process", request.run_timeout_s) from None
+    if message.get("phase") != "warm":
+        raise PhaseFailure("runtime_error", f"the candidate process answered {message.get('phase')!r} "
+                           "to its warm-up", child.log_tail())
+    timeline.mark("candidate: warm")
 
 
 def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, Any],
@@ -198,7 +239,7 @@ def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, 
         child.send(setup)
         budget = request.run_timeout_s + (request.compile_timeout_s if compile_deferred else 0.0)
         deadline = time.monotonic() + budget
-        expected = (["ready"] + ["trial"] * request.trials
+        expected = (["prepared", "ready"] + ["trial"] * request.trials
                     + ["want_gpu", "timing_begin", "timing_end", "timing_outputs", "after", "done"])
         received = 0
         timing_began = None
@@ -238,8 +279,8 @@ def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, 
                 elif phase == "timing_begin":
                     timing_began = time.monotonic()
                 elif phase == "timing_end":
-                    gpu.shared()
                     evidence.timing_wall_ms = (time.monotonic() - timing_began) * 1e3 if timing_began else None
+                    deadline += gpu.shared()  # the child's next GPU work waits for this (a pause point)
                     evidence.timing = message["stats"]
                 elif phase == "timing_outputs":
                     evidence.kept_outputs = message["kept_outputs"]
@@ -250,6 +291,9 @@ def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, 
                     evidence.patched.extend(message.get("patched", []))
                     evidence.blocked.extend(message.get("blocked", []))
                     break
+                if phase in _PAUSE_POINTS:  # the child waits for our go; a waiting timing goes first
+                    deadline += gpu.pause_point()
+                    child.signal()
             code = child.proc.wait(timeout=30)
             extra = child.pending_bytes(wait=0.2)
             if extra:
@@ -430,6 +474,11 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
     return out
 
 
+def _progress(slot: SlotUse, timeline: Timeline) -> dict[str, Any]:
+    """Where the evaluation's time went, kept with every result that got past the static checks."""
+    return {"gpu_slot": slot.to_dict(), "timeline": timeline.events}
+
+
 def evaluate(request: EvalRequest) -> EvalResult:
     """Evaluate one candidate. Raises TaskError only for an unusable task file."""
     started = time.monotonic()
@@ -462,35 +511,40 @@ def evaluate(request: EvalRequest) -> EvalResult:
     try:
         build = build_context(request, hardware)
         candidate_child = _spawn_candidate(request, hardware, build)
-        # Compiling (CPU work) and the reference (trusted, device work) overlap.
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="ka-phase") as phases:
+        # Compiling (CPU work), the reference (trusted, device work) and the candidate child's CUDA
+        # context overlap.
+        with ThreadPoolExecutor(max_workers=3, thread_name_prefix="ka-phase") as phases:
             reference_job = phases.submit(_reference, request, hardware, profile, slot, timeline)
+            warm_job = (phases.submit(_warm_candidate, request, hardware, candidate_child, slot, timeline)
+                        if request.device == "cuda" else None)
             try:
                 outcome = compile_candidate(request, hardware, build)
                 timeline.mark("compile: done")
             finally:
                 reference_error = reference_job.exception()
+                warm_error = warm_job.exception() if warm_job is not None else None
         compile_ms, compile_log = outcome.ms, outcome.log
         if reference_error is not None:
             raise reference_error
+        if warm_error is not None:
+            raise warm_error
         reference = reference_job.result()
         evidence, run_log = _candidate(request, candidate_child, reference, rule_set, outcome.deferred, slot,
                                        hardware, timeline)
     except PhaseFailure as failure:
         logs = ({"compile_log": failure.log} if failure.status == "compile_error"
                 else {"run_log": failure.log, "compile_log": compile_log})
-        return stop(failure.status, failure.message, static, **logs)
+        return stop(failure.status, failure.message, static, timing_stats=_progress(slot, timeline), **logs)
     except _Forged as forged:
         findings = static + ([forged.finding] if forged.finding else [])
         return stop("rejected", forged.finding.message if forged.finding else "forged result", findings,
-                    run_log=forged.log, compile_log=compile_log)
+                    run_log=forged.log, compile_log=compile_log, timing_stats=_progress(slot, timeline))
     finally:
         if candidate_child is not None:
             candidate_child.close(wait_s=0)  # unused when an earlier phase ended the evaluation
     result, dynamic = _judge(request, rule_set, hardware, reference, evidence)
     timeline.mark("judge: done")
-    result.timing_stats["gpu_slot"] = slot.to_dict()
-    result.timing_stats["timeline"] = timeline.events
+    result.timing_stats.update(_progress(slot, timeline))
     result.compile_ms = compile_ms
     result.compile_log = compile_log
     result.run_log = run_log

@@ -8,8 +8,17 @@ trials) may overlap with other evaluations' work. Each GPU therefore has a reade
 - before a timing (the candidate's, or a baseline's) the child asks its parent, which takes it
   *exclusive* and only then lets the child start; afterwards it goes back to shared.
 
+The CPU evaluator uses the same lock, one per host: a timing there runs apart from other
+evaluations' reference and candidate work (their compiles are not held back), so a baseline cached
+for a task and a candidate timed later are not measured under unlike loads from the evaluator itself.
+
 A turnstile gives a waiting timer priority: while one waits, no new shared holder enters, so the
-holders drain and the timer gets the GPU. ``KERNELARENA_GPU_SHARED_MAX=K`` caps the shared holders
+holders drain and the timer gets the GPU. Holders need not drain whole phases: a child reports
+*pause points* (its GPU work so far synchronised, e.g. after each correctness trial) and waits there
+for its parent's go; at each one the parent steps aside if a timer is waiting (``pause_point``:
+a waiting timer holds the ``want`` file shared, so a non-blocking exclusive try shows it) and takes
+the GPU back, shared, after the timing. A timer so waits for the next pause point of each holder, not
+for the end of its phase. ``KERNELARENA_GPU_SHARED_MAX=K`` caps the shared holders
 of one GPU at K (a shared holder first takes one of K seats): without MPS, every process on a GPU
 gets time slices of it in turn, so many concurrent holders each run slower and a timer waits longer
 for them to drain. Unset or 0: no cap. The locks are ``flock``s on files named after the GPU's UUID,
@@ -43,11 +52,12 @@ class SlotUse:
     exclusive_s: float = 0.0
     acquisitions: int = 0
     exclusive_acquisitions: int = 0
+    pauses: int = 0  # pause points at which a waiting timer was let in
 
     def to_dict(self) -> dict[str, Any]:
         return {"wait_s": round(self.wait_s, 3), "held_s": round(self.held_s, 3),
                 "exclusive_s": round(self.exclusive_s, 3), "acquisitions": self.acquisitions,
-                "exclusive_acquisitions": self.exclusive_acquisitions}
+                "exclusive_acquisitions": self.exclusive_acquisitions, "pauses": self.pauses}
 
 
 def exclusive() -> bool:
@@ -71,9 +81,9 @@ class GpuSlot:
     """One evaluation phase's hold on its GPU: shared for work, exclusive for timing."""
 
     def __init__(self, device: str, hardware: dict[str, Any], use: SlotUse | None = None):
-        self.active = device == "cuda" and exclusive()
+        self.active = exclusive()
         self.use = use if use is not None else SlotUse()
-        self._lock = self._turnstile = -1
+        self._lock = self._turnstile = self._want = -1
         self._seats: list[int] = []
         self._seat = -1  # the seat descriptor held while shared, when seats are capped
         self._mode = 0  # 0: none, LOCK_SH or LOCK_EX
@@ -84,6 +94,7 @@ class GpuSlot:
             name = slot_name(hardware)
             self._lock = os.open(folder / f"gpu-{name}.lock", os.O_CREAT | os.O_RDWR, 0o600)
             self._turnstile = os.open(folder / f"gpu-{name}.turnstile", os.O_CREAT | os.O_RDWR, 0o600)
+            self._want = os.open(folder / f"gpu-{name}.want", os.O_CREAT | os.O_RDWR, 0o600)
             self._seats = [os.open(folder / f"gpu-{name}.seat{i}", os.O_CREAT | os.O_RDWR, 0o600)
                            for i in range(shared_max())]
 
@@ -111,11 +122,17 @@ class GpuSlot:
         asked = time.monotonic()
         if mode == fcntl.LOCK_SH:
             self._take_seat()
-        fcntl.flock(self._turnstile, fcntl.LOCK_EX)  # behind any timer already waiting
+        else:
+            fcntl.flock(self._want, fcntl.LOCK_SH)  # holders see a timer waiting at their next pause point
         try:
-            fcntl.flock(self._lock, mode)
+            fcntl.flock(self._turnstile, fcntl.LOCK_EX)  # behind any timer already waiting
+            try:
+                fcntl.flock(self._lock, mode)
+            finally:
+                fcntl.flock(self._turnstile, fcntl.LOCK_UN)
         finally:
-            fcntl.flock(self._turnstile, fcntl.LOCK_UN)
+            if mode == fcntl.LOCK_EX:
+                fcntl.flock(self._want, fcntl.LOCK_UN)
         got = time.monotonic()
         self.use.wait_s += got - asked
         self._mode, self._since = mode, got
@@ -147,10 +164,30 @@ class GpuSlot:
         self.use.exclusive_acquisitions += 1
         return self._take(fcntl.LOCK_EX)
 
+    def timer_waiting(self) -> bool:
+        """Whether some timing waits for this GPU (in any thread or process)."""
+        if not self.active:
+            return False
+        try:
+            fcntl.flock(self._want, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(self._want, fcntl.LOCK_UN)
+        return False
+
+    def pause_point(self) -> float:
+        """Called where the holder's GPU work so far is finished: if a timer waits, step aside and
+        take the GPU back (shared) after it; returns seconds waited (0 when nothing waited)."""
+        if not self.active or self._mode != fcntl.LOCK_SH or not self.timer_waiting():
+            return 0.0
+        self._drop()
+        self.use.pauses += 1
+        return self._take(fcntl.LOCK_SH)
+
     def close(self) -> None:
         if self.active:
             self._drop()
-            for handle in (self._lock, self._turnstile, *self._seats):
+            for handle in (self._lock, self._turnstile, self._want, *self._seats):
                 os.close(handle)
             self.active = False
 
@@ -158,8 +195,8 @@ class GpuSlot:
 @contextmanager
 def gpu_slot(device: str, hardware: dict[str, Any], use: SlotUse | None = None,
              mode: str = "shared") -> Iterator[GpuSlot]:
-    """Hold the GPU for the block, shared or exclusive (a no-op on the CPU or with
-    KERNELARENA_GPU_EXCLUSIVE=0); the slot can switch modes inside the block."""
+    """Hold the device for the block, shared or exclusive (a no-op with KERNELARENA_GPU_EXCLUSIVE=0);
+    the slot can switch modes inside the block."""
     slot = GpuSlot(device, hardware, use)
     try:
         slot.exclusive() if mode == "exclusive" else slot.shared()

@@ -38,7 +38,8 @@ _event_record = torch.cuda.Event.record
 _event_sync = torch.cuda.Event.synchronize
 _event_elapsed = torch.cuda.Event.elapsed_time
 _cuda_spin = getattr(torch.cuda, "_sleep", None)
-SPIN_CYCLES = 2_000_000  # ~1 ms of GPU clock: longer than the host takes to queue a forward's launches
+SPIN_CYCLES = 2_000_000  # ~1 ms of GPU clock (about 2 GHz): the longest spin
+MIN_SPIN_CYCLES = 200_000  # ~0.1 ms: the shortest
 
 # Attributes whose replacement is a measurement hack, wherever the candidate does it.
 _WATCHED: tuple[tuple[Any, str], ...] = tuple(
@@ -252,7 +253,32 @@ def _spread(times: Sequence[float]) -> float:
     return (q[2] - q[0]) / med if med > 0 else float("inf")
 
 
-def _gpu_only_times(fn, buffers, rotations, device, load, flusher, iterations: int) -> list[float]:
+def _median_settled(times: Sequence[float], within: float) -> bool:
+    """Whether the median is known to within ``within`` (relative), at 95% confidence: the order
+    statistics that bound the median's distribution-free interval (n/2 ± 0.98·√n) lie that close."""
+    n = len(times)
+    if n < SETTLE_MIN_ITERS:
+        return False
+    ordered = sorted(times)
+    half = 0.98 * n ** 0.5
+    lo, hi = max(0, int(n / 2 - half)), min(n - 1, int(n / 2 + half + 1))
+    middle = statistics.median(ordered)
+    return middle > 0 and (ordered[hi] - ordered[lo]) / (2 * middle) <= within
+
+
+SETTLE_MIN_ITERS = 100
+SETTLE_EVERY = 25
+
+
+def spin_cycles(host_median_ms: float) -> int:
+    """GPU clock cycles of spin before the start event: longer than the host takes to queue one
+    forward (its host time per iteration, launches and synchronise included, with half again as
+    margin), between ~0.1 and ~1 ms."""
+    return int(min(SPIN_CYCLES, max(MIN_SPIN_CYCLES, 1.5 * host_median_ms * 2_000_000)))
+
+
+def _gpu_only_times(fn, buffers, rotations, device, load, flusher, iterations: int,
+                    cycles: int = SPIN_CYCLES) -> list[float]:
     """Kernel-side times: a spin kernel keeps the GPU busy while the host queues the start event and
     the forward's launches, so the start fires when the work can begin; the end event is queued on the
     same stream right after the forward. Host launch latency and the synchronise round trip, which
@@ -267,7 +293,7 @@ def _gpu_only_times(fn, buffers, rotations, device, load, flusher, iterations: i
             flusher.flush()
             synchronize(device)
             start, end = _Event(enable_timing=True), _Event(enable_timing=True)
-            _cuda_spin(SPIN_CYCLES)
+            _cuda_spin(cycles)
             _event_record(start)
             out = fn(*buffers)
             _event_record(end)
@@ -289,6 +315,7 @@ def time_callable(
     min_iters: int = 5,
     max_iters: int = 1000,
     target_spread: float = 0.02,
+    settle_within: float = 0.01,
     warmup: int = 2,
     warmup_inputs: Sequence[Any] | None = None,
     gpu_only_iters: int = 30,
@@ -299,6 +326,11 @@ def time_callable(
     pointers or shapes returns stale results), flushes the L2 on CUDA, and stops the timer only after
     a device-wide synchronize (work on side streams is inside the measurement). The last output of
     every rotation is kept (cloned outside the timed region) so the parent can check it.
+
+    It stops at ``max_iters``, at ``budget_s``, once the times are tight (interquartile spread within
+    ``target_spread``), or once the median is known to within ``settle_within`` (95% confidence;
+    checked every SETTLE_EVERY iterations from SETTLE_MIN_ITERS on): on a shared GPU every timing
+    holds the GPU alone, so iterations past a known median only keep others waiting.
     """
     flusher = L2Flusher(device)
     tensors = [i for i, b in enumerate(buffers) if type(b) is torch.Tensor]
@@ -351,8 +383,10 @@ def time_callable(
                 break
             if iteration >= 20 and _spread(times) <= target_spread:
                 break
-    gpu_times = _gpu_only_times(fn, buffers, rotations, device, load, flusher,
-                                min(gpu_only_iters, len(times))) if device.type == "cuda" else []
+            if iteration % SETTLE_EVERY == 0 and _median_settled(times, settle_within):
+                break
+    gpu_times = _gpu_only_times(fn, buffers, rotations, device, load, flusher, min(gpu_only_iters, len(times)),
+                                spin_cycles(statistics.median(host_times))) if device.type == "cuda" else []
     first = times[: len(rotations)]
     repeats = times[len(rotations):]
     return {

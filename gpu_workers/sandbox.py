@@ -69,7 +69,7 @@ def widen_pipe(fd: int) -> None:
         pass
 
 
-def _rss_bytes(pid: int) -> int:
+def rss_bytes(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/status", encoding="ascii") as handle:
             for line in handle:
@@ -104,6 +104,7 @@ class Child:
     memory_limit_bytes: int
     owns_workdir: bool = True
     mac_key: bytes | None = None  # set: every message from the child must carry a valid HMAC
+    log_offset: int = 0  # log_tail shows only what came after it (a reference child serves many evaluations)
     _buffer: bytearray = field(default_factory=bytearray)
     _eof: bool = False
     _closed: bool = False
@@ -141,7 +142,7 @@ class Child:
         ready, _, _ = select.select([self.from_child], [], [], min(deadline - now, 0.25))
         if self.memory_limit_bytes and now >= next_rss_check[0]:
             next_rss_check[0] = now + 0.1  # /proc reads are not free: not once per chunk of a large message
-            if _rss_bytes(self.proc.pid) > self.memory_limit_bytes:
+            if rss_bytes(self.proc.pid) > self.memory_limit_bytes:
                 raise ChildError("memory", f"the {self.role} process exceeded the memory limit "
                                            f"of {self.memory_limit_bytes >> 20} MiB")
         return bool(ready)
@@ -236,9 +237,18 @@ class Child:
             return f"the {self.role} process was killed by signal {name}"
         return f"the {self.role} process exited early with code {code} before the evaluation finished"
 
+    def start_log_here(self) -> None:
+        """From now on the log shows only what comes next (the earlier evaluation's lines are not this one's)."""
+        try:
+            self.log_offset = self.log_path.stat().st_size
+        except OSError:
+            self.log_offset = 0
+
     def log_tail(self, limit: int = 8000) -> str:
         try:
-            data = self.log_path.read_bytes()
+            with open(self.log_path, "rb") as handle:
+                handle.seek(self.log_offset)
+                data = handle.read()
         except OSError:
             return ""
         text = data[-limit:].decode("utf-8", errors="replace")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_workers import EvalRequest, EvalResult, evaluate, zygote
+from gpu_workers import EvalRequest, EvalResult, evaluate, refpool, zygote
 from gpu_workers.pool import LocalPool
 from gpu_workers.tasks import TaskError
 
@@ -67,12 +67,12 @@ def _children(pid: int | str = "self") -> set[int]:
 
 def _children_of_this_process() -> set[int]:
     """Evaluation children: this process's own, and those its zygotes forked (a zygote itself lives
-    as long as the worker)."""
+    as long as the worker, and a reference child kept for the next evaluation is not left behind)."""
     zygotes = {z.proc.pid for z in zygote.running()}
     pids = _children() - zygotes
     for pid in zygotes:
         pids |= _children(pid)
-    return pids
+    return pids - refpool.idle_pids()
 
 
 @pytest.fixture(scope="module")

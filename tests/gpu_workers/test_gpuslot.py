@@ -104,7 +104,7 @@ def test_a_waiting_timing_goes_before_work_that_arrives_after_it():
     assert entered == ["work-1", "timing", "work-2"]
 
 
-def test_a_slot_switches_between_work_and_timing_and_counts_both():
+def test_a_slot_switches_between_work_and_timing_and_counts_both(monkeypatch):
     use = SlotUse()
     with gpu_slot("cuda", H200_A, use) as slot:
         time.sleep(0.05)
@@ -115,10 +115,11 @@ def test_a_slot_switches_between_work_and_timing_and_counts_both():
         pass
     assert use.acquisitions == 3 and use.exclusive_acquisitions == 1
     assert use.held_s >= 0.1 and 0.05 <= use.exclusive_s < use.held_s
-    cpu_use = SlotUse()
-    with gpu_slot("cpu", {"name": "cpu"}, cpu_use):
-        pass
-    assert cpu_use.acquisitions == 0
+    off = SlotUse()
+    monkeypatch.setenv("KERNELARENA_GPU_EXCLUSIVE", "0")
+    with gpu_slot("cuda", H200_A, off) as slot:
+        assert slot.exclusive() == 0.0 and slot.pause_point() == 0.0
+    assert off.acquisitions == 0 and off.exclusive_acquisitions == 0
 
 
 def test_slot_names_are_safe_file_names():
@@ -159,3 +160,56 @@ def test_a_cap_on_shared_holders_is_kept_and_a_timer_still_gets_in(monkeypatch):
     assert len(work) == 10 and len(timer) == 2
     timer_in, timer_out = timer[0][2], timer[1][2]
     assert not any(timer_in < at < timer_out for _, _, at in work)  # nothing shared while it timed
+
+
+def test_a_timer_waits_for_the_next_pause_point_not_the_end_of_the_work():
+    """A holder that reaches pause points lets a waiting timing in there, then carries on shared."""
+    log: list = []
+    use = SlotUse()
+    gap = threading.Event()
+
+    def worker():
+        with gpu_slot("cuda", H200_A, use) as slot:
+            for step in range(8):  # 8 bursts of 0.1 s: the whole phase is 0.8 s
+                log.append(("work", "in", time.monotonic()))
+                time.sleep(0.1)
+                log.append(("work", "out", time.monotonic()))
+                if step == 1:
+                    gap.set()
+                slot.pause_point()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    gap.wait(5)
+    with gpu_slot("cuda", H200_A, mode="exclusive") as timer:
+        got = time.monotonic()
+        log.append(("timer", "in", got))
+        time.sleep(0.1)
+        log.append(("timer", "out", time.monotonic()))
+        assert not timer.timer_waiting()  # this timer no longer waits
+    thread.join()
+    assert not _overlaps(log)
+    assert use.pauses == 1 and use.acquisitions == 1
+    work_in = [at for label, kind, at in log if label == "work" and kind == "in"]
+    assert sum(at > got for at in work_in) >= 3  # let in at a pause point: the rest of the work came after it
+
+
+def test_a_pause_point_without_a_waiting_timer_keeps_the_gpu():
+    use = SlotUse()
+    with gpu_slot("cuda", H200_A, use) as slot:
+        assert not slot.timer_waiting()
+        assert slot.pause_point() == 0.0
+    assert use.pauses == 0 and use.acquisitions == 1
+
+
+def test_cpu_timings_run_apart_from_other_evaluations_work():
+    host = {"name": "AMD EPYC", "key": "cpu:AMD EPYC|torch|cuda-none"}
+    mixed: list = []
+    threads = [threading.Thread(target=_hold, args=(host, mixed, "work", 0.3, "shared")),
+               threading.Thread(target=_hold, args=(host, mixed, "timing", 0.2, "exclusive"))]
+    threads[0].start()
+    time.sleep(0.05)
+    threads[1].start()
+    for t in threads:
+        t.join()
+    assert not _overlaps(mixed)

@@ -6,6 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
+from gpu_workers import measure
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = r'''
@@ -28,3 +32,28 @@ def test_dynamos_own_wrapper_is_no_patch_but_the_same_wrapper_round_another_func
     lines = dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
     assert lines["after dynamo"] == "[]"
     assert "torch.manual_seed" in lines["lookalike"]
+
+
+def test_a_median_is_settled_only_when_its_confidence_interval_is_narrow():
+    tight = [1.0 + 0.001 * ((i * 37) % 11 - 5) for i in range(100)]
+    assert measure._median_settled(tight, 0.01)
+    assert not measure._median_settled(tight[:99], 0.01)  # too few to say
+    wide = [0.5 + (i * 37 % 100) / 100 for i in range(100)]  # 0.5 .. 1.49, evenly
+    assert not measure._median_settled(wide, 0.01)
+    assert measure._median_settled(wide * 100, 0.01)  # the same spread, many more samples
+
+
+def test_timing_stops_once_the_median_is_known():
+    x = torch.randn(64)
+    stats = measure.time_callable(torch.neg, [x], [[torch.randn(64)], [torch.randn(64)]], torch.device("cpu"),
+                                  budget_s=60.0, max_iters=1000, target_spread=0.0, settle_within=0.5)
+    assert stats["iterations"] == measure.SETTLE_MIN_ITERS  # the first check: a ±50% median is known at once
+    stats = measure.time_callable(torch.neg, [x], [[torch.randn(64)]], torch.device("cpu"),
+                                  budget_s=60.0, max_iters=130, target_spread=0.0, settle_within=0.0)
+    assert stats["iterations"] == 130  # never settled to 0%: the cap
+
+
+def test_the_spin_before_a_kernel_side_timing_covers_the_hosts_queueing_time():
+    assert measure.spin_cycles(0.001) == measure.MIN_SPIN_CYCLES
+    assert measure.spin_cycles(50.0) == measure.SPIN_CYCLES
+    assert measure.spin_cycles(0.2) == 600_000  # 1.5 × 0.2 ms at ~2 GHz
