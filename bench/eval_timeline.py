@@ -58,6 +58,8 @@ def main() -> int:
             if len(gpu_medians) == len(medians):
                 row.update(gpu_kernel_ms=statistics.median(gpu_medians), gpu_medians_ms=gpu_medians)
             rows.append(row)
+            if args.out:  # after every task: a run cut off by its time box still leaves what it measured
+                Path(args.out).write_text(json.dumps({"rows": rows}, indent=2))
             for label, values in (("end to end (the reward's)", medians), ("kernel side", gpu_medians)):
                 if len(values) > 1:
                     print(f"timing fidelity on {task.name}, {label}: {len(values)} evaluations, medians "

@@ -139,6 +139,9 @@ def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count
             print(f"  [{time.perf_counter() - started:6.1f} s] {result.status} in {result.duration_s} s "
                   f"(compile {(result.compile_ms or 0) / 1e3:.1f} s, GPU held {slot.get('held_s', 0)} s of which "
                   f"alone {slot.get('exclusive_s', 0)} s, waited {slot.get('wait_s', 0)} s)", flush=True)
+            if result.status != "passed" or result.findings:  # what went wrong, or what was flagged
+                rules = ", ".join(f"{f.severity}:{f.rule}" for f in result.findings)
+                print(f"    {rules or result.status}: {result.message[:400]}", flush=True)
     elapsed = time.perf_counter() - started
     cpu_per_eval = (_cpu_seconds() - cpu_before) / max(len(results), 1)
     statuses = Counter(r.status for r in results)

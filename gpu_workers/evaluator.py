@@ -417,11 +417,7 @@ def _judge(request: EvalRequest, rule_set: dict[str, Any], hardware: dict[str, A
                              f"{eager_speedup:.1f}× faster than eager (review threshold "
                              f"{thresholds['extreme_speedup']}×)")
             _keep(findings, f)
-        first, repeat = timing.get("first_sight_median_ms"), timing.get("repeat_median_ms")
-        if first and repeat and first > float(thresholds["repeat_ratio"]) * repeat and first - repeat > 0.05:
-            f = make_finding(rule_set, "cached_repeats",
-                             f"{first:.4g} ms on first sight of each timing input, {repeat:.4g} ms on repeats")
-            _keep(findings, f)
+        _keep(findings, judge.repeat_finding(rule_set, timing))
         eager = baselines.get("eager", {})
         f = judge.timer_finding(rule_set, wall_ms=evidence.timing_wall_ms, stats=timing,
                                 overhead_ms_per_iter=eager.get("overhead_ms_per_iter"))

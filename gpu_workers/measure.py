@@ -395,6 +395,7 @@ def time_callable(
         "gpu_median_ms": statistics.median(gpu_times) if gpu_times else None,
         "gpu_iterations": len(gpu_times),
         "first_sight_median_ms": statistics.median(first),
+        "first_sight_min_ms": min(first),
         "repeat_median_ms": statistics.median(repeats) if repeats else None,
         "median_ms": statistics.median(times),
         "host_median_ms": statistics.median(host_times),

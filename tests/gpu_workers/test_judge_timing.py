@@ -1,0 +1,28 @@
+"""The judge's checks on a timing's statistics."""
+
+from __future__ import annotations
+
+from gpu_workers import judge
+from gpu_workers.rules import default_rule_set
+
+RULES = default_rule_set("strict")
+
+
+def test_a_cache_on_values_is_caught_when_every_first_sight_is_slow():
+    # three timing inputs, each a miss on first sight (0.9 ms) and a hit after (0.03 ms)
+    stats = {"first_sight_median_ms": 0.9, "first_sight_min_ms": 0.85, "repeat_median_ms": 0.03}
+    finding = judge.repeat_finding(RULES, stats)
+    assert finding is not None and finding.rule == "cached_repeats" and finding.severity == "reject"
+
+
+def test_a_busy_host_delaying_two_first_sights_is_not_a_cache():
+    # two of the three first iterations were held up on the host; the third ran as fast as the repeats
+    stats = {"first_sight_median_ms": 0.7, "first_sight_min_ms": 0.031, "repeat_median_ms": 0.03}
+    assert judge.repeat_finding(RULES, stats) is None
+
+
+def test_small_absolute_differences_and_older_stats_are_handled():
+    assert judge.repeat_finding(RULES, {"first_sight_min_ms": 0.04, "repeat_median_ms": 0.002}) is None  # < 0.05 ms
+    old = {"first_sight_median_ms": 0.9, "repeat_median_ms": 0.03}  # a timing taken before the minimum was kept
+    assert judge.repeat_finding(RULES, old) is not None
+    assert judge.repeat_finding(RULES, {"first_sight_min_ms": 0.9}) is None  # no repeats (the CPU's timing)
