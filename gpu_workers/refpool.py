@@ -39,10 +39,6 @@ def _key(env_extra: dict[str, str], memory_limit_mb: int) -> tuple[Any, ...]:
             tuple(sorted(sandbox.scrubbed_env().items())))
 
 
-def _alive(child: sandbox.Child) -> bool:
-    return not child._closed and not child._eof and child.proc.poll() is None
-
-
 def borrow(env_extra: dict[str, str], memory_limit_mb: int) -> tuple[sandbox.Child, bool]:
     """A reference child for one evaluation, and whether it kept running from an earlier one."""
     if enabled():
@@ -53,7 +49,7 @@ def borrow(env_extra: dict[str, str], memory_limit_mb: int) -> tuple[sandbox.Chi
                 child = idle.pop() if idle else None
             if child is None:
                 break
-            if _alive(child):
+            if child.alive():
                 child.start_log_here()
                 return child, True
             _retire(child)
@@ -64,7 +60,7 @@ def give_back(child: sandbox.Child, env_extra: dict[str, str], memory_limit_mb: 
     """After the evaluation: keep a child that ended cleanly for the next one, close any other."""
     uses = _USES.get(id(child), 0) + 1
     limit = child.memory_limit_bytes
-    keep = (clean and enabled() and uses < MAX_USES and _alive(child)
+    keep = (clean and enabled() and uses < MAX_USES and child.alive()
             and not (limit and sandbox.rss_bytes(child.proc.pid) > limit // 2))
     if not keep:
         _retire(child)

@@ -237,6 +237,10 @@ class Child:
             return f"the {self.role} process was killed by signal {name}"
         return f"the {self.role} process exited early with code {code} before the evaluation finished"
 
+    def alive(self) -> bool:
+        """Not closed by us, its channel open, its process running."""
+        return not self._closed and not self._eof and self.proc.poll() is None
+
     def start_log_here(self) -> None:
         """From now on the log shows only what comes next (the earlier evaluation's lines are not this one's)."""
         try:
