@@ -121,6 +121,15 @@ def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | No
     return reference
 
 
+def _grant_alone(gpu: GpuSlot, child: sandbox.Child, timeline: Timeline, role: str) -> float:
+    """A child asked for the GPU to itself (a timing): take it exclusive, then say go. Returns the
+    seconds waited, which the caller adds to the child's deadline (waiting is not the child's time)."""
+    waited = gpu.exclusive()
+    timeline.mark(f"{role}: gpu alone")
+    child.signal()
+    return waited
+
+
 def _reference_messages(request: EvalRequest, hardware: dict[str, Any], profile: str | None,
                         child: sandbox.Child, gpu: GpuSlot, timeline: Timeline, wanted: list[str],
                         cached: dict[str, dict[str, Any]], flops_cached: int | None,
@@ -151,9 +160,7 @@ def _reference_messages(request: EvalRequest, hardware: dict[str, Any], profile:
         phase = message.get("phase")
         timeline.mark(f"reference: {phase} {message.get('baseline') or ''}".rstrip())
         if phase == "want_gpu":
-            deadline += gpu.exclusive()  # waiting for the GPU is not the reference's time
-            timeline.mark("reference: gpu alone")
-            child.signal()
+            deadline += _grant_alone(gpu, child, timeline, "reference")
         elif phase == "timing_begin":
             begin_at = time.monotonic()
         elif phase == "timing_end":
@@ -273,9 +280,7 @@ def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, 
                                       child.log_tail())
                     evidence.trials.append(message)
                 elif phase == "want_gpu":
-                    deadline += gpu.exclusive()  # waiting for the GPU is not the candidate's time
-                    timeline.mark("candidate: gpu alone")
-                    child.signal()
+                    deadline += _grant_alone(gpu, child, timeline, "candidate")
                 elif phase == "timing_begin":
                     timing_began = time.monotonic()
                 elif phase == "timing_end":

@@ -77,15 +77,20 @@ def test_work_overlaps_but_never_with_a_timing():
         t.join()
     assert _overlaps(log)  # shared holders run together
 
+    assert not _overlaps(_work_then_a_timing(H200_A))
+
+
+def _work_then_a_timing(hardware) -> list:
+    """Work holds the slot shared for 0.3 s; a timing asks for it exclusive 0.05 s in."""
     mixed: list = []
-    threads = [threading.Thread(target=_hold, args=(H200_A, mixed, "work", 0.3, "shared")),
-               threading.Thread(target=_hold, args=(H200_A, mixed, "timing", 0.2, "exclusive"))]
+    threads = [threading.Thread(target=_hold, args=(hardware, mixed, "work", 0.3, "shared")),
+               threading.Thread(target=_hold, args=(hardware, mixed, "timing", 0.2, "exclusive"))]
     threads[0].start()
     time.sleep(0.05)
     threads[1].start()
     for t in threads:
         t.join()
-    assert not _overlaps(mixed)
+    return mixed
 
 
 def test_a_waiting_timing_goes_before_work_that_arrives_after_it():
@@ -204,12 +209,4 @@ def test_a_pause_point_without_a_waiting_timer_keeps_the_gpu():
 
 def test_cpu_timings_run_apart_from_other_evaluations_work():
     host = {"name": "AMD EPYC", "key": "cpu:AMD EPYC|torch|cuda-none"}
-    mixed: list = []
-    threads = [threading.Thread(target=_hold, args=(host, mixed, "work", 0.3, "shared")),
-               threading.Thread(target=_hold, args=(host, mixed, "timing", 0.2, "exclusive"))]
-    threads[0].start()
-    time.sleep(0.05)
-    threads[1].start()
-    for t in threads:
-        t.join()
-    assert not _overlaps(mixed)
+    assert not _overlaps(_work_then_a_timing(host))
