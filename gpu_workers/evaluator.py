@@ -104,7 +104,7 @@ def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | No
     timeline.mark("reference: reused" if reused else "reference: started")
     clean = False
     try:
-        with gpu_slot(request.device, hardware, slot) as gpu:
+        with gpu_slot(hardware, slot) as gpu:
             timeline.mark("reference: slot")
             child.send(setup)
             try:
@@ -202,7 +202,7 @@ def _warm_candidate(request: EvalRequest, hardware: dict[str, Any], child: sandb
                     timeline: Timeline) -> None:
     """The candidate child makes its CUDA context while the compile runs, holding the GPU shared (a
     context's creation is GPU work); no task or candidate code runs in it yet."""
-    with gpu_slot(request.device, hardware, slot):
+    with gpu_slot(hardware, slot):
         child.send({"warm": _device_string(request)})
         try:
             message = child.recv(time.monotonic() + request.run_timeout_s)
@@ -241,7 +241,7 @@ def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, 
     max_bytes = 64 * (out_bytes + (1 << 20)) * (request.trials + rotations_for(request.device) + 4)
     child.mac_key = setup["mac_key"] = secrets.token_bytes(32)
     evidence = judge.Evidence()
-    with child, gpu_slot(request.device, hardware, slot) as gpu:
+    with child, gpu_slot(hardware, slot) as gpu:
         timeline.mark("candidate: slot")
         child.send(setup)
         budget = request.run_timeout_s + (request.compile_timeout_s if compile_deferred else 0.0)

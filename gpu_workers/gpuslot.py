@@ -78,9 +78,10 @@ def slot_name(hardware: dict[str, Any]) -> str:
 
 
 class GpuSlot:
-    """One evaluation phase's hold on its GPU: shared for work, exclusive for timing."""
+    """One evaluation phase's hold on its device (a GPU, or the CPU host): shared for work,
+    exclusive for timing."""
 
-    def __init__(self, device: str, hardware: dict[str, Any], use: SlotUse | None = None):
+    def __init__(self, hardware: dict[str, Any], use: SlotUse | None = None):
         self.active = exclusive()
         self.use = use if use is not None else SlotUse()
         self._lock = self._turnstile = self._want = -1
@@ -193,11 +194,10 @@ class GpuSlot:
 
 
 @contextmanager
-def gpu_slot(device: str, hardware: dict[str, Any], use: SlotUse | None = None,
-             mode: str = "shared") -> Iterator[GpuSlot]:
+def gpu_slot(hardware: dict[str, Any], use: SlotUse | None = None, mode: str = "shared") -> Iterator[GpuSlot]:
     """Hold the device for the block, shared or exclusive (a no-op with KERNELARENA_GPU_EXCLUSIVE=0);
     the slot can switch modes inside the block."""
-    slot = GpuSlot(device, hardware, use)
+    slot = GpuSlot(hardware, use)
     try:
         slot.exclusive() if mode == "exclusive" else slot.shared()
         yield slot

@@ -38,8 +38,11 @@ _event_record = torch.cuda.Event.record
 _event_sync = torch.cuda.Event.synchronize
 _event_elapsed = torch.cuda.Event.elapsed_time
 _cuda_spin = getattr(torch.cuda, "_sleep", None)
-SPIN_CYCLES = 2_000_000  # ~1 ms of GPU clock (about 2 GHz): the longest spin
-MIN_SPIN_CYCLES = 200_000  # ~0.1 ms: the shortest
+CYCLES_PER_MS = 2_000_000  # GPU clock cycles in a millisecond (about 2 GHz)
+SPIN_CYCLES = CYCLES_PER_MS  # the longest spin before a kernel-side timing (~1 ms)
+MIN_SPIN_CYCLES = CYCLES_PER_MS // 10  # the shortest (~0.1 ms)
+SETTLE_MIN_ITERS = 100  # a median's confidence interval is read from this many timed iterations on
+SETTLE_EVERY = 25  # ... every this many
 
 # Attributes whose replacement is a measurement hack, wherever the candidate does it.
 _WATCHED: tuple[tuple[Any, str], ...] = tuple(
@@ -266,15 +269,11 @@ def _median_settled(times: Sequence[float], within: float) -> bool:
     return middle > 0 and (ordered[hi] - ordered[lo]) / (2 * middle) <= within
 
 
-SETTLE_MIN_ITERS = 100
-SETTLE_EVERY = 25
-
-
 def spin_cycles(host_median_ms: float) -> int:
     """GPU clock cycles of spin before the start event: longer than the host takes to queue one
     forward (its host time per iteration, launches and synchronise included, with half again as
     margin), between ~0.1 and ~1 ms."""
-    return int(min(SPIN_CYCLES, max(MIN_SPIN_CYCLES, 1.5 * host_median_ms * 2_000_000)))
+    return int(min(SPIN_CYCLES, max(MIN_SPIN_CYCLES, 1.5 * host_median_ms * CYCLES_PER_MS)))
 
 
 def _gpu_only_times(fn, buffers, rotations, device, load, flusher, iterations: int,

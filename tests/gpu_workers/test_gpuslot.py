@@ -16,7 +16,7 @@ H200_B = {"name": "NVIDIA H200", "gpu": {"index": 1, "uuid": "GPU-bbbb-2222"}}
 
 
 def _hold(hardware, log, label, seconds=0.15, mode="exclusive"):
-    with gpu_slot("cuda", hardware, mode=mode):
+    with gpu_slot(hardware, mode=mode):
         log.append((label, "in", time.monotonic()))
         time.sleep(seconds)
         log.append((label, "out", time.monotonic()))
@@ -50,7 +50,7 @@ def test_timings_on_one_gpu_never_overlap_and_two_gpus_do():
 
 
 def _hold_in_process(queue):
-    with gpu_slot("cuda", H200_A, mode="exclusive"):
+    with gpu_slot(H200_A, mode="exclusive"):
         queue.put(("in", time.monotonic()))
         time.sleep(0.3)
         queue.put(("out", time.monotonic()))
@@ -111,18 +111,18 @@ def test_a_waiting_timing_goes_before_work_that_arrives_after_it():
 
 def test_a_slot_switches_between_work_and_timing_and_counts_both(monkeypatch):
     use = SlotUse()
-    with gpu_slot("cuda", H200_A, use) as slot:
+    with gpu_slot(H200_A, use) as slot:
         time.sleep(0.05)
         slot.exclusive()
         time.sleep(0.05)
         slot.shared()
-    with gpu_slot("cuda", H200_A, use):
+    with gpu_slot(H200_A, use):
         pass
     assert use.acquisitions == 3 and use.exclusive_acquisitions == 1
     assert use.held_s >= 0.1 and 0.05 <= use.exclusive_s < use.held_s
     off = SlotUse()
     monkeypatch.setenv("KERNELARENA_GPU_EXCLUSIVE", "0")
-    with gpu_slot("cuda", H200_A, off) as slot:
+    with gpu_slot(H200_A, off) as slot:
         assert slot.exclusive() == 0.0 and slot.pause_point() == 0.0
     assert off.acquisitions == 0 and off.exclusive_acquisitions == 0
 
@@ -174,7 +174,7 @@ def test_a_timer_waits_for_the_next_pause_point_not_the_end_of_the_work():
     gap = threading.Event()
 
     def worker():
-        with gpu_slot("cuda", H200_A, use) as slot:
+        with gpu_slot(H200_A, use) as slot:
             for step in range(8):  # 8 bursts of 0.1 s: the whole phase is 0.8 s
                 log.append(("work", "in", time.monotonic()))
                 time.sleep(0.1)
@@ -186,7 +186,7 @@ def test_a_timer_waits_for_the_next_pause_point_not_the_end_of_the_work():
     thread = threading.Thread(target=worker)
     thread.start()
     gap.wait(5)
-    with gpu_slot("cuda", H200_A, mode="exclusive") as timer:
+    with gpu_slot(H200_A, mode="exclusive") as timer:
         got = time.monotonic()
         log.append(("timer", "in", got))
         time.sleep(0.1)
@@ -201,7 +201,7 @@ def test_a_timer_waits_for_the_next_pause_point_not_the_end_of_the_work():
 
 def test_a_pause_point_without_a_waiting_timer_keeps_the_gpu():
     use = SlotUse()
-    with gpu_slot("cuda", H200_A, use) as slot:
+    with gpu_slot(H200_A, use) as slot:
         assert not slot.timer_waiting()
         assert slot.pause_point() == 0.0
     assert use.pauses == 0 and use.acquisitions == 1
