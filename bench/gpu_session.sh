@@ -23,6 +23,10 @@
 #   PART=10 bash bench/gpu_session.sh  # the fault and hack GPU tests, throughput at 1, 4, 16 and 24 workers
 #   PART=11 bash bench/gpu_session.sh  # the hack GPU tests, throughput at 1, 4 and 16 workers, fidelity and ncu
 #                                      # on gelu
+#   PART=12 bash bench/gpu_session.sh  # throughput at 16 workers on one GPU (16 cores), at 32 on every GPU through
+#                                      # the local pool and through Ray (128 candidates each), fidelity and ncu on
+#                                      # gelu. Ray from .whl/ray.tar.xz (see RAY_S below)
+#   PART=13 bash bench/gpu_session.sh  # the hack and fault GPU tests, every suite task once (medians), ncu on all
 #   PART=6 bash bench/gpu_session.sh   # every suite task once (medians), ncu on all of them, throughput on
 #                                      # every GPU (the 2-GPU kind)
 set -uo pipefail
@@ -49,6 +53,12 @@ case "${PART:-all}" in
   11) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_S:=150}" "${COMPILE_S:=0}" "${TP1_S:=140}" \
         "${TP_WORKERS:=1 4 16}" "${TP_N:=8}" "${TP_ROUNDS:=4}" "${TP_SIZE:=1048576}" "${TP_TAIL:=12}" "${TPN_S:=0}" \
         "${FIDELITY_S:=130}" "${NCU_S:=25}" ;;
+  12) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=110}" "${TP_WORKERS:=16}" "${TP_N:=128}" "${TP_ROUNDS:=0}" \
+        "${TP_SIZE:=1048576}" "${TP_TAIL:=12}" "${TPN_S:=100}" "${TPN_WORKERS:=32}" "${RAY_S:=110}" \
+        "${FIDELITY_S:=110}" "${NCU_S:=30}" ;;
+  13) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_gpu_faults.py}" "${TESTS_S:=260}" \
+        "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_ONLY:=}" "${FIDELITY_REPEAT:=1}" "${FIDELITY_S:=170}" \
+        "${NCU_S:=130}" ;;
   3) : "${COMPILE_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" "${TESTS_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${SUITE_S:=540}" ;;
 esac
 OUT=${OUT:-/tmp/ka-out}; mkdir -p "$OUT"
@@ -72,8 +82,17 @@ step compile_speed "${COMPILE_S:-170}" $CORES16 python3 bench/compile_speed.py -
   --extra-ours "${EXTRA_OURS:-0}"
 TAIL=${TP_TAIL:-6} step throughput_1gpu "${TP1_S:-100}" $CORES16 python3 bench/throughput.py --device cuda --build --gpus 1 \
   --workers ${TP_WORKERS:-16} --candidates "${TP_N:-32}" --rounds "${TP_ROUNDS:-0}" --size "${TP_SIZE:-0}"
-[ "$GPUS" -gt 1 ] && TAIL=4 step throughput_all_gpus "${TPN_S:-100}" python3 bench/throughput.py --device cuda --build \
-  --gpus "$GPUS" --workers 16 --candidates "${TP_N:-32}" --rounds "${TP_ROUNDS:-0}" --size "${TP_SIZE:-0}"
+[ "$GPUS" -gt 1 ] && TAIL=${TP_TAIL:-4} step throughput_all_gpus "${TPN_S:-100}" python3 bench/throughput.py --device cuda \
+  --build --gpus "$GPUS" --workers ${TPN_WORKERS:-16} --candidates "${TP_N:-32}" --rounds "${TP_ROUNDS:-0}" --size "${TP_SIZE:-0}"
+# Ray on every GPU (one actor per GPU): Ray's files come as .whl/ray.tar.xz (its wheel unpacked, xz: the
+# wheel itself is over the carry limit) with its missing dependencies' wheels beside it
+if [ "${RAY_S:-0}" -gt 0 ] && [ -f .whl/ray.tar.xz ]; then
+  mkdir -p /tmp/site && tar xJf .whl/ray.tar.xz -C /tmp/site && python3 -m pip install -q --no-index --no-deps \
+    --no-compile --target /tmp/site .whl/*.whl > "$OUT/ray_install.log" 2>&1
+  PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} TAIL=${TP_TAIL:-4} step throughput_ray "$RAY_S" python3 \
+    bench/throughput.py --device cuda --build --pool ray --gpus "$GPUS" --workers ${TPN_WORKERS:-16} \
+    --candidates "${TP_N:-32}" --size "${TP_SIZE:-0}"
+fi
 for cap in ${CAPS:-}; do
   TAIL=4 KERNELARENA_GPU_SHARED_MAX=$cap step "throughput_cap$cap" "${CAP_S:-110}" $CORES16 python3 bench/throughput.py \
     --device cuda --build --gpus 1 --workers 16 --candidates 64 --size 1048576

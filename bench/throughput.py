@@ -88,6 +88,8 @@ def main() -> int:
     parser.add_argument("--gpus", type=int, default=0, help="spread CUDA evaluations over this many GPUs")
     parser.add_argument("--timing-budget", type=float, default=0.2)
     parser.add_argument("--size", type=int, default=0, help="elements per input (default: the task's profile)")
+    parser.add_argument("--pool", choices=["local", "ray"], default="local",
+                        help="the local pool, or Ray (a local cluster: one actor per GPU, --workers spread over them)")
     parser.add_argument("--zygote", choices=["on", "off", "both"], default="on",
                         help="children forked from the zygote, started with python -m, or both side by side")
     args = parser.parse_args()
@@ -101,8 +103,9 @@ def main() -> int:
         for mode in modes:
             os.environ["KERNELARENA_ZYGOTE"] = "1" if mode == "on" else "0"
             count = max(args.candidates, args.rounds * workers)
-            label = f"{workers} worker(s)" + (f", children {'forked from the zygote' if mode == 'on' else 'started with python -m'}"
-                                              if len(modes) > 1 else "")
+            label = (f"{workers} worker(s)" + (" through Ray" if args.pool == "ray" else "")
+                     + (f", children {'forked from the zygote' if mode == 'on' else 'started with python -m'}"
+                        if len(modes) > 1 else ""))
             rates[(workers, mode)] = _batch(args, task, workers, offset, count, label)
             offset += count
         if len(modes) > 1:
@@ -119,7 +122,7 @@ def main() -> int:
 def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count: int, label: str) -> float:
     """One batch of ``count`` distinct candidates through a pool of ``workers``; returns evaluations per minute."""
     from gpu_workers import EvalRequest
-    from gpu_workers.pool import LocalPool
+    from gpu_workers.pool import LocalPool, RayPool
 
     requests = []
     for i in range(count):
@@ -131,7 +134,11 @@ def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count
     started = time.perf_counter()
     cpu_before = _cpu_seconds()
     results, finished = [], []
-    with LocalPool(workers=workers, gpus=args.gpus) as pool:
+    if args.pool == "ray":
+        pool = RayPool(actors=max(args.gpus, 1), concurrency=max(1, workers // max(args.gpus, 1)))
+    else:
+        pool = LocalPool(workers=workers, gpus=args.gpus)
+    with pool:
         for _, result in pool.as_completed(requests):
             results.append(result)
             finished.append(time.perf_counter() - started)
@@ -148,17 +155,18 @@ def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count
     rate = count / elapsed * 60
     # after the first round (starting children, caches, the zygote): completions per minute
     steady = ((len(finished) - workers) / (finished[-1] - finished[workers - 1]) * 60
-              if len(finished) > workers and finished[-1] > finished[workers - 1] else None)
-    busy: dict[int, float] = {}  # seconds some evaluation held the GPU (shared holders overlap)
-    alone: dict[int, float] = {}  # seconds of timing with the GPU to itself
+              if len(finished) >= 2 * workers and finished[-1] > finished[workers - 1] else None)
+    busy: dict[str, float] = {}  # seconds some evaluation held the GPU (shared holders overlap)
+    alone: dict[str, float] = {}  # seconds of timing with the GPU to itself
     for r in results:
-        gpu = (r.hardware.get("gpu") or {}).get("index", 0)
+        gpu_info = r.hardware.get("gpu") or {}
+        gpu = gpu_info.get("uuid") or gpu_info.get("index", 0)  # a Ray actor's GPU is index 0 in its own view
         slot = r.timing_stats.get("gpu_slot") or {}
         busy[gpu] = busy.get(gpu, 0.0) + float(slot.get("held_s", 0.0))
         alone[gpu] = alone.get(gpu, 0.0) + float(slot.get("exclusive_s", 0.0))
     compile_s = sorted((r.compile_ms or 0) / 1e3 for r in results if r.compile_ms)
     median_compile = compile_s[len(compile_s) // 2] if compile_s else 0.0
-    occupancy = ", ".join(f"GPU {g}: held {held / elapsed:.0%} of the wall time (over 100%: work overlapped), "
+    occupancy = ", ".join(f"GPU {str(g)[:12]}: held {held / elapsed:.0%} of the wall time (over 100%: work overlapped), "
                           f"timing alone {alone[g] / elapsed:.0%}" for g, held in sorted(busy.items())
                           if args.device == "cuda")
     steady_text = f" (after the first {workers}: {steady:.1f}/min)" if steady else ""

@@ -26,7 +26,37 @@ def _safe_evaluate(request: EvalRequest) -> EvalResult:
                           task_hash=request.task_hash, kernel_hash=request.kernel_hash)
 
 
-class LocalPool:
+class _Pool:
+    """What both pools offer on top of their own ``submit``."""
+
+    def submit(self, request: EvalRequest) -> cf.Future:
+        raise NotImplementedError
+
+    def evaluate(self, request: EvalRequest) -> EvalResult:
+        return self.submit(request).result()
+
+    def map(self, requests: Iterable[EvalRequest]) -> Iterator[EvalResult]:
+        futures = [self.submit(r) for r in requests]
+        for future in futures:
+            yield future.result()
+
+    def as_completed(self, requests: Iterable[EvalRequest]) -> Iterator[tuple[int, EvalResult]]:
+        """(index among the requests, result) as each evaluation finishes."""
+        futures = {self.submit(r): i for i, r in enumerate(requests)}
+        for future in cf.as_completed(futures):
+            yield futures[future], future.result()
+
+    def shutdown(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+
+class LocalPool(_Pool):
     """N evaluations at a time on this machine; GPU requests are spread over ``gpus``."""
 
     def __init__(self, workers: int = 1, gpus: int = 0,
@@ -45,24 +75,8 @@ class LocalPool:
             self._next_gpu += 1
         return self._executor.submit(self._evaluate, request)
 
-    def map(self, requests: Iterable[EvalRequest]) -> Iterator[EvalResult]:
-        futures = [self.submit(r) for r in requests]
-        for future in futures:
-            yield future.result()
-
-    def as_completed(self, requests: Iterable[EvalRequest]) -> Iterator[tuple[int, EvalResult]]:
-        futures = {self.submit(r): i for i, r in enumerate(requests)}
-        for future in cf.as_completed(futures):
-            yield futures[future], future.result()
-
     def shutdown(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
-
-    def __enter__(self) -> LocalPool:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown()
 
 
 @contextlib.contextmanager
@@ -106,7 +120,7 @@ def _actor_class(ray: Any, gpus: int, concurrency: int) -> Any:
     return EvaluatorActor
 
 
-class RayPool:
+class RayPool(_Pool):
     """One evaluator actor per GPU (``num_gpus=1``), joined through RAY_ADDRESS when set.
 
     Each actor runs up to ``concurrency`` evaluations at once (a threaded actor): their compiles and
@@ -149,26 +163,12 @@ class RayPool:
         ref = actor.evaluate.remote(request.to_dict())
         return self._executor.submit(lambda: EvalResult.from_dict(self._ray.get(ref)))
 
-    def evaluate(self, request: EvalRequest) -> EvalResult:
-        return self.submit(request).result()
-
-    def map(self, requests: Iterable[EvalRequest]) -> Iterator[EvalResult]:
-        futures = [self.submit(r) for r in requests]
-        for future in futures:
-            yield future.result()
-
     def stats(self) -> list[dict[str, int]]:
         """Each actor's process id and how many evaluations it has finished."""
         return self._ray.get([actor.stats.remote() for actor in self._actors])
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=True)
-
-    def __enter__(self) -> RayPool:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown()
 
 
 _shared_pools: dict[tuple[int, str], RayPool] = {}

@@ -46,7 +46,7 @@ def _one_reference(child: sandbox.Child) -> list[str]:
     phases = []
     while True:
         message = child.recv(time.monotonic() + 120)
-        phases.append(message["phase"])
+        phases.append(f"checkpoint {message['step']}" if message["phase"] == "checkpoint" else message["phase"])
         if message["phase"] == "checkpoint":
             child.signal()
         if message["phase"] in ("done", "error"):
@@ -56,8 +56,12 @@ def _one_reference(child: sandbox.Child) -> list[str]:
 def test_a_reference_child_serves_setups_in_turn_only_when_asked():
     with sandbox.spawn("reference", env_extra={"CUDA_VISIBLE_DEVICES": ""}) as child:
         child.send(_reference_setup(serve=True))
-        assert _one_reference(child) == ["checkpoint", "checkpoint", "reference", "done"]
+        # it pauses after its models, after each trial, and once its outputs are on the CPU (where
+        # the parent lets go of the GPU before the large message)
+        steps = ["checkpoint models", "checkpoint trial", "checkpoint trial", "checkpoint outputs", "reference",
+                 "done"]
+        assert _one_reference(child) == steps
         assert child.alive()  # waiting for the next setup
         child.send(_reference_setup(serve=False))
-        assert _one_reference(child) == ["checkpoint", "checkpoint", "reference", "done"]
+        assert _one_reference(child) == steps
         assert child.proc.wait(timeout=30) == 0  # not asked to serve again: it exits
