@@ -53,8 +53,8 @@ case "${PART:-all}" in
   11) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_S:=150}" "${COMPILE_S:=0}" "${TP1_S:=140}" \
         "${TP_WORKERS:=1 4 16}" "${TP_N:=8}" "${TP_ROUNDS:=4}" "${TP_SIZE:=1048576}" "${TP_TAIL:=12}" "${TPN_S:=0}" \
         "${FIDELITY_S:=130}" "${NCU_S:=25}" ;;
-  12) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=110}" "${TP_WORKERS:=16}" "${TP_N:=128}" "${TP_ROUNDS:=0}" \
-        "${TP_SIZE:=1048576}" "${TP_TAIL:=12}" "${TPN_S:=100}" "${TPN_WORKERS:=32}" "${RAY_S:=110}" \
+  12) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=140}" "${TP_WORKERS:=16}" "${TP_N:=128}" "${TP_ROUNDS:=0}" \
+        "${TP_SIZE:=1048576}" "${TP_TAIL:=12}" "${TPN_S:=110}" "${TPN_WORKERS:=32}" "${RAY_S:=110}" \
         "${FIDELITY_S:=110}" "${NCU_S:=30}" ;;
   13) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_gpu_faults.py}" "${TESTS_S:=260}" \
         "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_ONLY:=}" "${FIDELITY_REPEAT:=1}" "${FIDELITY_S:=170}" \

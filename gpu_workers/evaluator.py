@@ -60,7 +60,7 @@ class Timeline:
 
 
 # ---- phases ----------------------------------------------------------------------------------
-# What a timing means (measure.time_callable: its flush, its calibration). Kept baselines are keyed
+# What a timing means (measure.time_callable and its L2 flush). Kept baselines are keyed
 # on it, so a baseline timed the old way is never set against a candidate timed the new way.
 TIMING_METHOD = "2"
 

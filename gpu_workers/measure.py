@@ -281,21 +281,6 @@ def spin_cycles(host_median_ms: float) -> int:
     return int(min(SPIN_CYCLES, max(MIN_SPIN_CYCLES, 1.5 * host_median_ms * CYCLES_PER_MS)))
 
 
-def _round_trip(device: torch.device) -> float:
-    """The end-to-end timing's own cost: the same host steps (start event, one launch, a device-wide
-    synchronise, end event) around a trivial kernel. Measured right before each timed iteration and
-    taken off it, so what the host's launch latency and synchronise round trip cost in this process,
-    on this core, under this load, does not pass into the kernel's time."""
-    start, end = _Event(enable_timing=True), _Event(enable_timing=True)
-    _event_record(start)
-    if _cuda_spin is not None:
-        _cuda_spin(1)
-    synchronize(device)
-    _event_record(end)
-    _event_sync(end)
-    return float(_event_elapsed(start, end))
-
-
 def _gpu_only_times(fn, buffers, rotations, device, load, flusher, iterations: int,
                     cycles: int = SPIN_CYCLES) -> list[float]:
     """Kernel-side times: a spin kernel keeps the GPU busy while the host queues the start event and
@@ -343,10 +328,8 @@ def time_callable(
 
     Each iteration copies the next rotation's values into the SAME tensors (caching keyed on
     pointers or shapes returns stale results), flushes the L2 on CUDA, and stops the timer only after
-    a device-wide synchronize (work on side streams is inside the measurement). On CUDA each iteration
-    is preceded by a round trip around a trivial kernel (``_round_trip``), whose time is taken off
-    it. The last output of every rotation is kept (cloned outside the timed region) so the parent can
-    check it.
+    a device-wide synchronize (work on side streams is inside the measurement). The last output of
+    every rotation is kept (cloned outside the timed region) so the parent can check it.
 
     It stops at ``max_iters``, at ``budget_s``, once the times are tight (interquartile spread within
     ``target_spread``), or once the median is known to within ``settle_within`` (95% confidence;
@@ -368,8 +351,6 @@ def time_callable(
     synchronize(device)
 
     times: list[float] = []
-    raw_times: list[float] = []  # CUDA: the device-wide times before the round trip is taken off
-    null_times: list[float] = []
     host_times: list[float] = []
     kept: dict[int, list[Any]] = {}
     started = _perf_counter()
@@ -380,7 +361,6 @@ def time_callable(
         flusher.flush()
         synchronize(device)
         if device.type == "cuda":
-            null = _round_trip(device)
             start, end = _Event(enable_timing=True), _Event(enable_timing=True)
             host0 = _perf_counter()
             _event_record(start)
@@ -389,10 +369,7 @@ def time_callable(
             _event_record(end)
             _event_sync(end)
             host1 = _perf_counter()
-            whole = float(_event_elapsed(start, end))
-            raw_times.append(whole)
-            null_times.append(null)
-            times.append(max(whole - null, 0.0))
+            times.append(float(_event_elapsed(start, end)))
         else:
             host0 = _perf_counter()
             out = fn(*buffers)
@@ -416,25 +393,15 @@ def time_callable(
                                 spin_cycles(statistics.median(host_times))) if device.type == "cuda" else []
     first = times[: len(rotations)]
     repeats = times[len(rotations):]
-    gpu_median = statistics.median(gpu_times) if gpu_times else None
-    median = statistics.median(times)
-    if gpu_median is not None:
-        # never below the current stream's own kernel time: an inflated round trip (however it
-        # came about) cannot take more off than the work that was seen to run
-        median = max(median, gpu_median)
     return {
-        # median_ms, the reward's: device-wide (side streams included) with this process's measured
-        # round trip taken off (see _round_trip); raw_median_ms keeps it on. gpu_median_ms: the
-        # current stream's kernel time with the launch latency hidden (_gpu_only_times), what Nsight
-        # Compute's gpu__time_duration sees
-        "gpu_median_ms": gpu_median,
+        # the current stream's kernel time with the host's launch latency hidden (see _gpu_only_times):
+        # what Nsight Compute's gpu__time_duration sees; median_ms, which the reward uses, is end to end
+        "gpu_median_ms": statistics.median(gpu_times) if gpu_times else None,
         "gpu_iterations": len(gpu_times),
         "first_sight_median_ms": statistics.median(first),
         "first_sight_min_ms": min(first),
         "repeat_median_ms": statistics.median(repeats) if repeats else None,
-        "median_ms": median,
-        "raw_median_ms": statistics.median(raw_times) if raw_times else median,
-        "round_trip_ms": statistics.median(null_times) if null_times else 0.0,
+        "median_ms": statistics.median(times),
         "host_median_ms": statistics.median(host_times),
         "min_ms": min(times),
         "max_ms": max(times),

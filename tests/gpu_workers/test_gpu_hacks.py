@@ -121,10 +121,3 @@ def test_the_kernel_side_time_leaves_out_the_hosts_latency(cuda_results):
     stats = cuda_results["honest"].timing_stats["kernel"]
     assert stats["gpu_iterations"] > 0, stats
     assert 0 < stats["gpu_median_ms"] <= stats["median_ms"], stats
-
-
-def test_the_reward_time_takes_off_this_processs_measured_round_trip(cuda_results):
-    stats = cuda_results["honest"].timing_stats["kernel"]
-    assert 0 < stats["round_trip_ms"] < stats["raw_median_ms"], stats
-    assert stats["median_ms"] < stats["raw_median_ms"], stats
-    assert stats["median_ms"] >= stats["gpu_median_ms"], stats  # never below the work seen to run
