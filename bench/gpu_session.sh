@@ -27,6 +27,8 @@
 #                                      # the local pool and through Ray (128 candidates each), fidelity and ncu on
 #                                      # gelu. Ray from .whl/ray.tar.xz (see RAY_S below)
 #   PART=13 bash bench/gpu_session.sh  # the hack and fault GPU tests, every suite task once (medians), ncu on all
+#   PART=14 bash bench/gpu_session.sh  # on the 1-GPU kind: throughput at 16 workers (112 candidates), the hack GPU
+#                                      # tests, every suite task once (medians) and ncu on all of them
 #   PART=6 bash bench/gpu_session.sh   # every suite task once (medians), ncu on all of them, throughput on
 #                                      # every GPU (the 2-GPU kind)
 set -uo pipefail
@@ -59,6 +61,9 @@ case "${PART:-all}" in
   13) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_gpu_faults.py}" "${TESTS_S:=260}" \
         "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_ONLY:=}" "${FIDELITY_REPEAT:=1}" "${FIDELITY_S:=170}" \
         "${NCU_S:=130}" ;;
+  14) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_S:=150}" "${COMPILE_S:=0}" "${TP1_S:=150}" \
+        "${TP_WORKERS:=16}" "${TP_N:=112}" "${TP_ROUNDS:=0}" "${TP_SIZE:=1048576}" "${TP_TAIL:=6}" "${TPN_S:=0}" \
+        "${FIDELITY_ONLY:=}" "${FIDELITY_REPEAT:=1}" "${FIDELITY_S:=160}" "${NCU_S:=120}" ;;
   3) : "${COMPILE_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" "${TESTS_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${SUITE_S:=540}" ;;
 esac
 OUT=${OUT:-/tmp/ka-out}; mkdir -p "$OUT"

@@ -164,6 +164,7 @@ def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count
         slot = r.timing_stats.get("gpu_slot") or {}
         busy[gpu] = busy.get(gpu, 0.0) + float(slot.get("held_s", 0.0))
         alone[gpu] = alone.get(gpu, 0.0) + float(slot.get("exclusive_s", 0.0))
+    iterations = sorted(int((r.timing_stats.get("kernel") or {}).get("iterations") or 0) for r in results)
     compile_s = sorted((r.compile_ms or 0) / 1e3 for r in results if r.compile_ms)
     median_compile = compile_s[len(compile_s) // 2] if compile_s else 0.0
     occupancy = ", ".join(f"GPU {str(g)[:12]}: held {held / elapsed:.0%} of the wall time (over 100%: work overlapped), "
@@ -171,7 +172,8 @@ def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count
                           if args.device == "cuda")
     steady_text = f" (after the first {workers}: {steady:.1f}/min)" if steady else ""
     print(f"  where an evaluation's time went (median seconds from its start; {_pauses(results)}): "
-          f"{_timeline_medians(results)}", flush=True)
+          f"{_timeline_medians(results)}; timed iterations per candidate: median "
+          f"{iterations[len(iterations) // 2] if iterations else 0}", flush=True)
     print(f"{label}: {count} candidates in {elapsed:.1f} s = {rate:.1f}/min{steady_text} {dict(statuses)}; "
           f"median compile {median_compile:.1f} s; {occupancy or 'no GPU slot'}; CPU {cpu_per_eval:.1f} busy core-s "
           f"per evaluation (the whole machine's)", flush=True)

@@ -44,6 +44,7 @@ SPIN_CYCLES = CYCLES_PER_MS  # the longest spin before a kernel-side timing (~1 
 MIN_SPIN_CYCLES = CYCLES_PER_MS // 10  # the shortest (~0.1 ms)
 SETTLE_MIN_ITERS = 100  # a median's confidence interval is read from this many timed iterations on
 SETTLE_EVERY = 25  # ... every this many
+EVENT_RESOLUTION_MS = 0.001  # a median known to ±1 µs is known (CUDA events resolve ~0.5 µs)
 
 # Attributes whose replacement is a measurement hack, wherever the candidate does it.
 _WATCHED: tuple[tuple[Any, str], ...] = tuple(
@@ -261,9 +262,10 @@ def _spread(times: Sequence[float]) -> float:
     return (q[2] - q[0]) / med if med > 0 else float("inf")
 
 
-def _median_settled(times: Sequence[float], within: float) -> bool:
-    """Whether the median is known to within ``within`` (relative), at 95% confidence: the order
-    statistics that bound the median's distribution-free interval (n/2 ± 0.98·√n) lie that close."""
+def _median_settled(times: Sequence[float], within: float, resolution: float = 0.0) -> bool:
+    """Whether the median is known to within ``within`` (relative), or to within ``resolution``
+    (absolute: the timer's own), at 95% confidence: the order statistics that bound the median's
+    distribution-free interval (n/2 ± 0.98·√n) lie that close."""
     n = len(times)
     if n < SETTLE_MIN_ITERS:
         return False
@@ -271,7 +273,8 @@ def _median_settled(times: Sequence[float], within: float) -> bool:
     half = 0.98 * n ** 0.5
     lo, hi = max(0, int(n / 2 - half)), min(n - 1, int(n / 2 + half + 1))
     middle = statistics.median(ordered)
-    return middle > 0 and (ordered[hi] - ordered[lo]) / (2 * middle) <= within
+    half_width = (ordered[hi] - ordered[lo]) / 2
+    return middle > 0 and (half_width <= within * middle or half_width <= resolution)
 
 
 def spin_cycles(host_median_ms: float) -> int:
@@ -332,11 +335,14 @@ def time_callable(
     every rotation is kept (cloned outside the timed region) so the parent can check it.
 
     It stops at ``max_iters``, at ``budget_s``, once the times are tight (interquartile spread within
-    ``target_spread``), or once the median is known to within ``settle_within`` (95% confidence;
-    checked every SETTLE_EVERY iterations from SETTLE_MIN_ITERS on): on a shared GPU every timing
+    ``target_spread``), or once the median is known to within ``settle_within`` or, on CUDA, to the
+    event timer's resolution (95% confidence; checked every SETTLE_EVERY iterations from
+    SETTLE_MIN_ITERS on): on a shared GPU every timing
     holds the GPU alone, so iterations past a known median only keep others waiting.
     """
     flusher = L2Flusher(device)
+    # below this a median cannot be known anyway: CUDA events resolve about half a microsecond
+    resolution = EVENT_RESOLUTION_MS if device.type == "cuda" else 0.0
     tensors = [i for i, b in enumerate(buffers) if type(b) is torch.Tensor]
 
     def load(rotation: Sequence[Any]) -> None:
@@ -387,7 +393,7 @@ def time_callable(
                 break
             if iteration >= 20 and _spread(times) <= target_spread:
                 break
-            if iteration % SETTLE_EVERY == 0 and _median_settled(times, settle_within):
+            if iteration % SETTLE_EVERY == 0 and _median_settled(times, settle_within, resolution):
                 break
     gpu_times = _gpu_only_times(fn, buffers, rotations, device, load, flusher, min(gpu_only_iters, len(times)),
                                 spin_cycles(statistics.median(host_times))) if device.type == "cuda" else []

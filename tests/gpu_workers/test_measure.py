@@ -41,6 +41,9 @@ def test_a_median_is_settled_only_when_its_confidence_interval_is_narrow():
     wide = [0.5 + (i * 37 % 100) / 100 for i in range(100)]  # 0.5 .. 1.49, evenly
     assert not measure._median_settled(wide, 0.01)
     assert measure._median_settled(wide * 100, 0.01)  # the same spread, many more samples
+    short = [0.040 + 0.000_08 * (i * 37 % 100) for i in range(100)]  # 40-48 µs: the median to ±0.8 µs
+    assert not measure._median_settled(short, 0.01)  # not to 1% ...
+    assert measure._median_settled(short, 0.01, resolution=0.001)  # ... but to the timer's resolution
 
 
 def test_timing_stops_once_the_median_is_known():
