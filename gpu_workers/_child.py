@@ -244,9 +244,7 @@ def _reference_work(setup: dict[str, Any], send: _Sender) -> None:
     nbytes += sum(v.numel() * v.element_size() for v in state_dicts[0].values())
     nbytes += sum(v.numel() * v.element_size() for v in trials[0]["outputs"] if isinstance(v, torch.Tensor))
     measure.synchronize(device)
-    # Its outputs are on the CPU: with no baseline to time, the parent lets go of the GPU here and the
-    # large message below crosses the pipe without holding anyone's timing back.
-    send.pause("checkpoint", step="outputs")
+    send.pause("checkpoint", step="outputs")  # a timing already waiting goes before the large message below
 
     send("reference", init_inputs=init_inputs, state_dicts=state_dicts, trials=trials, rotations=rotations,
          after=after, flops=flops, bytes=int(nbytes), fp64_error=fp64_error)

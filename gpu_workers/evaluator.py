@@ -145,12 +145,7 @@ def _reference_messages(request: EvalRequest, hardware: dict[str, Any], profile:
     message = child.recv(deadline)
     while message.get("phase") == "checkpoint":  # a pause point: a waiting timing goes first
         timeline.mark(f"reference: {message.get('step')}")
-        if message.get("step") == "outputs" and not wanted and request.device == "cuda":
-            # its GPU work is over (the baselines are kept): only its message is left, CPU work, which
-            # disturbs a GPU timing no more than any other process does (on the CPU it is device work)
-            gpu.leave()
-        else:
-            deadline += gpu.pause_point()
+        deadline += gpu.pause_point()
         child.signal()
         message = child.recv(deadline)
     timeline.mark(f"reference: {message.get('phase')}")

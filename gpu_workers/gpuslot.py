@@ -165,11 +165,6 @@ class GpuSlot:
         self.use.exclusive_acquisitions += 1
         return self._take(fcntl.LOCK_EX)
 
-    def leave(self) -> None:
-        """Let go of the device: the holder's GPU work is over for now (``shared`` takes it back)."""
-        if self.active:
-            self._drop()
-
     def timer_waiting(self) -> bool:
         """Whether some timing waits for this GPU (in any thread or process)."""
         if not self.active:
