@@ -6,8 +6,6 @@ phase that runs code runs in its own child (see ``sandbox`` and ``_child``).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import secrets
 import subprocess
 import time
@@ -15,12 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from . import judge, refpool, sandbox
+from . import judge, refpool, sandbox, taskfacts
 from .build import (
     BuildContext,
     PhaseFailure,
     build_context,
-    cache_root,
     child_env,
     child_failure,
     compile_candidate,
@@ -60,20 +57,18 @@ class Timeline:
 
 
 # ---- phases ----------------------------------------------------------------------------------
-# What a timing means (measure.time_callable and its L2 flush). Kept baselines are keyed
-# on it, so a baseline timed the old way is never set against a candidate timed the new way.
-TIMING_METHOD = "2"
+def _baseline_stats(entry: dict[str, Any]) -> dict[str, Any]:
+    """A baseline's timing as a result shows it: the fastest kept sample, and every kept sample's median."""
+    if not entry.get("stats"):
+        return {"error": entry.get("error")}
+    return {**entry["stats"], "samples_ms": entry.get("samples_ms")}
 
 
-def _task_cache_path(request: EvalRequest, hardware: dict[str, Any], profile: str | None, name: str) -> Path:
+def _task_fact_path(request: EvalRequest, hardware: dict[str, Any], profile: str | None, name: str) -> Path:
     """Where a per-task fact measured by the trusted reference is kept: a baseline's timing, or the
     task's FLOP count (counting imports torch._dynamo, over two seconds of CPU per evaluation)."""
-    key = hashlib.sha256("\0".join([request.task_hash, profile or "", hardware["key"], name,
-                                    str(threads_for(request)), str(request.timing_budget_s),
-                                    TIMING_METHOD]).encode()).hexdigest()
-    path = cache_root() / "baselines"
-    path.mkdir(parents=True, exist_ok=True)
-    return path / f"{key[:32]}.json"
+    return taskfacts.fact_path([request.task_hash, profile or "", hardware["key"], str(threads_for(request)),
+                                str(request.timing_budget_s)], name)
 
 
 def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | None,
@@ -87,19 +82,15 @@ def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | No
         "after": secrets.randbits(62),
     }
     cached: dict[str, dict[str, Any]] = {}
+    wanted: list[str] = []  # timed by this evaluation: not kept yet, or kept from too few evaluations
     for name in request.baselines:
-        path = _task_cache_path(request, hardware, profile, name)
-        if path.exists():
-            try:
-                cached[name] = json.loads(path.read_text())
-            except (OSError, ValueError):
-                pass
-    wanted = [b for b in request.baselines if b not in cached]
-    flops_path = _task_cache_path(request, hardware, profile, "flops")
-    try:
-        flops_cached: int | None = int(json.loads(flops_path.read_text())["flops"])
-    except (OSError, ValueError, KeyError, TypeError):
-        flops_cached = None
+        entry, settled = taskfacts.load_baseline(_task_fact_path(request, hardware, profile, name))
+        if entry is not None:
+            cached[name] = entry
+        if not settled:
+            wanted.append(name)
+    flops_path = _task_fact_path(request, hardware, profile, "flops")
+    flops_cached = taskfacts.load_flops(flops_path)
     setup = {"task_source": request.task_source, "profile": profile, "device": _device_string(request),
              "seeds": seeds, "baselines": wanted, "count_flops": flops_cached is None,
              "timing_budget_s": request.timing_budget_s, "max_iters": max_timed_iterations(request.device),
@@ -156,7 +147,7 @@ def _reference_messages(request: EvalRequest, hardware: dict[str, Any], profile:
     if flops_cached is not None:
         reference["flops"] = flops_cached
     elif reference.get("flops") is not None:
-        flops_path.write_text(json.dumps({"flops": int(reference["flops"])}))
+        taskfacts.keep_flops(flops_path, int(reference["flops"]))
     else:
         reference["flops"] = 0
     baselines = dict(cached)
@@ -176,11 +167,12 @@ def _reference_messages(request: EvalRequest, hardware: dict[str, Any], profile:
             stats = message["stats"]
             overhead = ((wall - stats["total_ms"]) / stats["iterations"]) if wall else None
             entry = {"stats": stats, "wall_ms": wall, "overhead_ms_per_iter": overhead}
-            baselines[message["baseline"]] = entry
-            _task_cache_path(request, hardware, profile, message["baseline"]).write_text(json.dumps(entry))
+            path = _task_fact_path(request, hardware, profile, message["baseline"])
+            baselines[message["baseline"]] = taskfacts.keep_baseline(path, entry)  # the fastest kept
         elif phase == "baseline_failed":
             gpu.shared()  # it may have failed while timing
-            baselines[message["baseline"]] = {"error": message.get("error", "")}
+            if message["baseline"] not in cached:  # a kept timing stands
+                baselines[message["baseline"]] = {"error": message.get("error", "")}
         elif phase == "done":
             return reference, baselines
         elif phase == "error":
@@ -446,8 +438,7 @@ def _judge(request: EvalRequest, rule_set: dict[str, Any], hardware: dict[str, A
         trials=len(reference["trials"]),
         floor_ms=floor_ms,
         timing_stats={"kernel": {k: v for k, v in timing.items()},
-                      **{n: baselines.get(n, {}).get("stats") or {"error": baselines.get(n, {}).get("error")}
-                         for n in request.baselines},
+                      **{n: _baseline_stats(baselines.get(n, {})) for n in request.baselines},
                       "wall_ms": evidence.timing_wall_ms},
     )
     return result, findings

@@ -1,0 +1,114 @@
+"""Facts about a task that the trusted reference measured, kept between evaluations: each baseline's
+timing (eager, ``torch.compile``) and the task's FLOP count.
+
+A baseline timing is kept as several samples, each from a different evaluation, and the fastest is
+the one used. One sample taken while the host or the GPU was busier than usual would otherwise make
+every later candidate of the task look faster than it is, for as long as the sample is kept: a
+speedup is only as honest as its baseline. Until a baseline has ``samples()`` samples, each new
+evaluation of the task times it again (under the same exclusive GPU slot as a candidate's timing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .build import cache_root
+
+# What a timing means (measure.time_callable and its L2 flush). Kept baselines are keyed on it, so a
+# baseline timed the old way is never set against a candidate timed the new way.
+TIMING_METHOD = "2"
+DEFAULT_SAMPLES = 3
+
+
+def samples() -> int:
+    """How many evaluations time a baseline before its fastest sample stands
+    (``KERNELARENA_BASELINE_SAMPLES``, at least 1)."""
+    try:
+        return max(1, int(os.environ.get("KERNELARENA_BASELINE_SAMPLES", DEFAULT_SAMPLES)))
+    except ValueError:
+        return DEFAULT_SAMPLES
+
+
+def fact_path(parts: list[str], name: str) -> Path:
+    """Where one fact is kept; ``parts`` say what it depends on (the task, its profile, the hardware,
+    threads, the timing budget)."""
+    key = hashlib.sha256("\0".join([*parts, name, TIMING_METHOD]).encode()).hexdigest()
+    folder = cache_root() / "baselines"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{key[:32]}.json"
+
+
+def _read(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write(path: Path, value: Any) -> None:
+    """Whole or not at all: concurrent evaluations read these files while others write them."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(handle, "w") as out:
+            json.dump(value, out)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _samples_in(kept: Any) -> list[dict[str, Any]]:
+    if not isinstance(kept, dict):
+        return []
+    if "stats" in kept:  # a single timing
+        kept = {"samples": [kept]}
+    return [s for s in kept.get("samples", []) if isinstance(s, dict) and _median(s) is not None]
+
+
+def _median(entry: dict[str, Any]) -> float | None:
+    try:
+        value = float(entry["stats"]["median_ms"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return value if value > 0 else None
+
+
+def _fastest(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    best = dict(min(entries, key=_median))
+    best["samples_ms"] = [_median(e) for e in entries]
+    return best
+
+
+def load_baseline(path: Path) -> tuple[dict[str, Any] | None, bool]:
+    """(the fastest kept timing, or None; whether enough samples are kept to stop timing it)."""
+    entries = _samples_in(_read(path))
+    if not entries:
+        return None, False
+    return _fastest(entries), len(entries) >= samples()
+
+
+def keep_baseline(path: Path, entry: dict[str, Any]) -> dict[str, Any]:
+    """Add one timing to what is kept (up to ``samples()``, the fastest kept first) and return the
+    fastest of them all, this one included."""
+    entries = _samples_in(_read(path))
+    entries.append({k: v for k, v in entry.items() if k != "samples_ms"})
+    entries.sort(key=_median)
+    _write(path, {"samples": entries[:samples()]})
+    return _fastest(entries)
+
+
+def load_flops(path: Path) -> int | None:
+    kept = _read(path)
+    try:
+        return int(kept["flops"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def keep_flops(path: Path, flops: int) -> None:
+    _write(path, {"flops": int(flops)})
