@@ -89,8 +89,9 @@ TAIL=${TP_TAIL:-6} step throughput_1gpu "${TP1_S:-100}" $CORES16 python3 bench/t
   --workers ${TP_WORKERS:-16} --candidates "${TP_N:-32}" --rounds "${TP_ROUNDS:-0}" --size "${TP_SIZE:-0}"
 [ "$GPUS" -gt 1 ] && TAIL=${TP_TAIL:-4} step throughput_all_gpus "${TPN_S:-100}" python3 bench/throughput.py --device cuda \
   --build --gpus "$GPUS" --workers ${TPN_WORKERS:-16} --candidates "${TP_N:-32}" --rounds "${TP_ROUNDS:-0}" --size "${TP_SIZE:-0}"
-# Ray on every GPU (one actor per GPU): Ray's files come as .whl/ray.tar.xz (its wheel unpacked, xz: the
-# wheel itself is over the carry limit) with its missing dependencies' wheels beside it
+# Ray on every GPU (one actor per GPU): Ray's files come as .whl/ray.tar.xz, made by bench/pack_ray.sh
+# (its wheel unpacked and packed with xz: the wheel itself is over the carry limit), with the wheels of
+# its missing dependencies beside it
 if [ "${RAY_S:-0}" -gt 0 ] && [ -f .whl/ray.tar.xz ]; then
   mkdir -p /tmp/site && tar xJf .whl/ray.tar.xz -C /tmp/site && python3 -m pip install -q --no-index --no-deps \
     --no-compile --target /tmp/site .whl/*.whl > "$OUT/ray_install.log" 2>&1
