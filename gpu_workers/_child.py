@@ -35,6 +35,25 @@ def _harden_process() -> None:
         pass
 
 
+def _confine_candidate_code() -> None:
+    """Before any candidate code runs in this process: writes only beneath its own working folder,
+    its build folder, the candidates' own compiler caches and /dev (``confine``). The reference's
+    ``torch.compile`` cache, other candidates' builds, the bridge and the kept timings are out of reach."""
+    from . import confine
+
+    shared = os.environ.get("KERNELARENA_CACHE_DIR")
+    allowed = [os.getcwd(), "/dev"]
+    if shared:
+        caches = os.path.join(shared, "candidates")  # torch.compile and Triton caches of candidate code
+        for name, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
+            os.environ[name] = os.path.join(caches, sub)
+            os.makedirs(os.environ[name], exist_ok=True)
+        allowed.append(caches)
+    if os.environ.get("TORCH_EXTENSIONS_DIR"):
+        allowed.append(os.environ["TORCH_EXTENSIONS_DIR"])
+    print(f"[kernelarena] {confine.confine_writes(allowed)}", file=sys.stderr, flush=True)
+
+
 def _short_traceback(exc: BaseException, limit: int = 6000) -> str:
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return text[-limit:]
@@ -101,7 +120,14 @@ def _role_compile(setup: dict[str, Any], send: _Sender) -> None:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
-    fastbuild.install()
+    if fastbuild.install() and os.environ.get("KERNELARENA_LITE", "1") != "0":
+        from . import litebuild
+
+        try:  # the bridge is ours: built (once per toolchain) or loaded before the confinement
+            litebuild.bridge_module(setup.get("device") == "cuda")
+        except Exception as exc:  # noqa: BLE001 - the light build will fail over to the next build
+            print(f"[kernelarena] no light-build bridge: {exc}"[:2000], file=sys.stderr, flush=True)
+    _confine_candidate_code()
     try:
         exec_source(setup["kernel_source"], "kernelarena_candidate", "<kernel>")
     except BaseException as exc:  # noqa: BLE001 - candidate code
@@ -565,6 +591,8 @@ def _serve_one(role: str, setup: dict[str, Any], in_fd: int, out_fd: int) -> int
 def main(argv: list[str]) -> int:
     role, in_fd, out_fd = argv[0], int(argv[1]), int(argv[2])
     _harden_process()
+    if role == "candidate":  # still its only thread (started with python -m, or just forked)
+        _confine_candidate_code()
     import torch  # noqa: F401 - before the setup arrives: the parent may hold it until the GPU is free
     _preload(role)
     setup = channel.read_message(in_fd)

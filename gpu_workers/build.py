@@ -190,7 +190,7 @@ def compile_candidate(request: EvalRequest, hardware: dict[str, Any], build: Bui
 _PER_BUILD_ENV = ("TORCH_EXTENSIONS_DIR", "CPATH", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "OMP_NUM_THREADS",
                   "MKL_NUM_THREADS", "KERNELARENA_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
                   "KERNELARENA_TOOLCHAIN_CPU", "KERNELARENA_TOOLCHAIN_CUDA")
-_SWITCHES = ("KERNELARENA_LITE", "KERNELARENA_SPLIT")  # as the worker has them now (None: unset)
+_SWITCHES = ("KERNELARENA_LITE", "KERNELARENA_SPLIT", "KERNELARENA_CONFINE")  # as the worker has them now
 _spares: list[tuple[int, sandbox.Child]] = []  # (the process that started it, the child)
 _spares_lock = threading.Lock()
 _in_flight = [0]  # compiles running in this process: keep one spare more than that ready
@@ -256,7 +256,8 @@ def _run_compile_child(request: EvalRequest, hardware: dict[str, Any], build: Bu
     with child:
         setup_env: dict[str, str | None] = {k: v for k, v in env.items() if k in _PER_BUILD_ENV}
         setup_env.update({k: os.environ.get(k) for k in _SWITCHES})
-        child.send({"kernel_source": request.kernel_source, "env": setup_env, "spare": spare})
+        child.send({"kernel_source": request.kernel_source, "env": setup_env, "spare": spare,
+                    "device": request.device})
         try:
             message = child.recv(time.monotonic() + request.compile_timeout_s, max_bytes=1 << 20)
         except sandbox.ChildError as exc:
