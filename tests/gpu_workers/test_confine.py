@@ -57,6 +57,8 @@ def test_a_confined_process_writes_only_beneath_its_folders_and_so_do_its_thread
     mine, other = tmp_path / "mine", tmp_path / "other"
     mine.mkdir()
     other.mkdir()
+    kept = other / "kept.json"
+    kept.write_text("as it was")
     probe = textwrap.dedent(f"""
         import subprocess, threading
         from gpu_workers import confine
@@ -77,6 +79,19 @@ def test_a_confined_process_writes_only_beneath_its_folders_and_so_do_its_thread
         t = threading.Thread(target=thread); t.start(); t.join()
         done = subprocess.run(["sh", "-c", "echo x > {other / 'd'}"], capture_output=True)
         print("child refused" if done.returncode else "child wrote")
+        import os
+        try:  # a hard link into its own folder, then a write through it
+            os.link({str(kept)!r}, {str(mine / "hard")!r})
+            open({str(mine / "hard")!r}, "w").write("changed")
+            print("wrote through a hard link")
+        except OSError:
+            print("link refused")
+        os.symlink({str(kept)!r}, {str(mine / "soft")!r})
+        try:
+            open({str(mine / "soft")!r}, "w").write("changed")
+            print("wrote through a symlink")
+        except OSError:
+            print("symlink refused")
         print(open("/etc/hostname").read() != "")  # reading is untouched
     """)
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120,
@@ -84,8 +99,9 @@ def test_a_confined_process_writes_only_beneath_its_folders_and_so_do_its_thread
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("confined (Landlock ABI"), lines
-    assert lines[1:] == ["refused", "thread refused", "child refused", "True"]
-    assert (mine / "a").exists() and not list(other.iterdir())
+    assert lines[1:] == ["refused", "thread refused", "child refused", "link refused", "symlink refused", "True"]
+    assert (mine / "a").exists() and [p.name for p in other.iterdir()] == ["kept.json"]
+    assert kept.read_text() == "as it was"
 
 
 def _writer_request(target: Path) -> EvalRequest:
