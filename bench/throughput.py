@@ -96,7 +96,7 @@ def main() -> int:
 
     task = TASK if not args.size else TASK.replace('PROFILES = {"cpu": {"N": 1 << 16}, "cuda": {"N": 1 << 24}}',
                                                     f'PROFILES = {{"cpu": {{"N": {args.size}}}, "cuda": {{"N": {args.size}}}}}')
-    rates: dict[tuple[int, str], float] = {}
+    rates: dict[tuple[int, str], tuple[float, float | None]] = {}
     offset = 0
     modes = ["off", "on"] if args.zygote == "both" else [args.zygote]
     for workers in args.workers:
@@ -110,17 +110,22 @@ def main() -> int:
             offset += count
         if len(modes) > 1:
             print(f"zygote vs python -m children at {workers} worker(s): "
-                  f"{rates[(workers, 'on')] / rates[(workers, 'off')]:.2f}x", flush=True)
+                  f"{rates[(workers, 'on')][0] / rates[(workers, 'off')][0]:.2f}x", flush=True)
     for mode in modes:
-        base = rates[(args.workers[0], mode)]
+        base, base_steady = rates[(args.workers[0], mode)]
         for workers in args.workers:
+            rate, steady = rates[(workers, mode)]
+            after = (f" ({steady / base_steady:.2f}x after the first round: the first batch also pays for cold caches)"
+                     if steady and base_steady else "")
             print(f"throughput at {workers} workers vs {args.workers[0]}"
-                  f"{' (zygote ' + mode + ')' if len(modes) > 1 else ''}: {rates[(workers, mode)] / base:.2f}x")
+                  f"{' (zygote ' + mode + ')' if len(modes) > 1 else ''}: {rate / base:.2f}x{after}")
     return 0
 
 
-def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count: int, label: str) -> float:
-    """One batch of ``count`` distinct candidates through a pool of ``workers``; returns evaluations per minute."""
+def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count: int,
+           label: str) -> tuple[float, float | None]:
+    """One batch of ``count`` distinct candidates through a pool of ``workers``; returns evaluations per
+    minute, overall and after the first round (None when there is too little to say)."""
     from gpu_workers import EvalRequest
     from gpu_workers.pool import LocalPool, RayPool
 
@@ -177,7 +182,7 @@ def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count
     print(f"{label}: {count} candidates in {elapsed:.1f} s = {rate:.1f}/min{steady_text} {dict(statuses)}; "
           f"median compile {median_compile:.1f} s; {occupancy or 'no GPU slot'}; CPU {cpu_per_eval:.1f} busy core-s "
           f"per evaluation (the whole machine's)", flush=True)
-    return rate
+    return rate, steady
 
 
 def _timeline_medians(results: list) -> str:
