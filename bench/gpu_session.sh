@@ -29,6 +29,9 @@
 #   PART=13 bash bench/gpu_session.sh  # the hack and fault GPU tests, every suite task once (medians), ncu on all
 #   PART=14 bash bench/gpu_session.sh  # on the 1-GPU kind: throughput at 16 workers (112 candidates), the hack GPU
 #                                      # tests, every suite task once (medians) and ncu on all of them
+#   PART=15 bash bench/gpu_session.sh  # the hack and fault GPU tests (first: the Landlock confinement and the kept
+#                                      # baseline samples have not run on a GPU yet), then throughput at 16 workers
+#                                      # (80 candidates) with each median precision in SETTLES (KERNELARENA_SETTLE_WITHIN)
 #   PART=6 bash bench/gpu_session.sh   # every suite task once (medians), ncu on all of them, throughput on
 #                                      # every GPU (the 2-GPU kind)
 set -uo pipefail
@@ -64,6 +67,9 @@ case "${PART:-all}" in
   14) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_S:=150}" "${COMPILE_S:=0}" "${TP1_S:=150}" \
         "${TP_WORKERS:=16}" "${TP_N:=112}" "${TP_ROUNDS:=0}" "${TP_SIZE:=1048576}" "${TP_TAIL:=6}" "${TPN_S:=0}" \
         "${FIDELITY_ONLY:=}" "${FIDELITY_REPEAT:=1}" "${FIDELITY_S:=160}" "${NCU_S:=120}" ;;
+  15) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_gpu_faults.py}" "${TESTS_S:=250}" \
+        "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" "${SETTLES:=0.02 0.01}" \
+        "${SETTLE_S:=130}" ;;
   3) : "${COMPILE_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" "${TESTS_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${SUITE_S:=540}" ;;
 esac
 OUT=${OUT:-/tmp/ka-out}; mkdir -p "$OUT"
@@ -99,6 +105,10 @@ if [ "${RAY_S:-0}" -gt 0 ] && [ -f .whl/ray.tar.xz ]; then
     bench/throughput.py --device cuda --build --pool ray --gpus "$GPUS" --workers ${TPN_WORKERS:-16} \
     --candidates "${TP_N:-32}" --size "${TP_SIZE:-0}"
 fi
+for settle in ${SETTLES:-}; do
+  TAIL=3 KERNELARENA_SETTLE_WITHIN=$settle step "throughput_settle$settle" "${SETTLE_S:-130}" $CORES16 python3 \
+    bench/throughput.py --device cuda --build --gpus 1 --workers 16 --candidates 80 --size 1048576
+done
 for cap in ${CAPS:-}; do
   TAIL=4 KERNELARENA_GPU_SHARED_MAX=$cap step "throughput_cap$cap" "${CAP_S:-110}" $CORES16 python3 bench/throughput.py \
     --device cuda --build --gpus 1 --workers 16 --candidates 64 --size 1048576

@@ -287,6 +287,7 @@ def _reference_work(setup: dict[str, Any], send: _Sender) -> None:
                 stats = measure.time_callable(fn, buffers, [_fresh(r, device) for r in rotation_inputs], device,
                                               budget_s=float(setup["timing_budget_s"]),
                                               max_iters=int(setup.get("max_iters", 1000)),
+                                              settle_within=float(setup.get("settle_within", 0.01)),
                                               warmup_inputs=_fresh(trial_inputs[0], device))
             stats.pop("kept_outputs")
             send.pause("timing_end", baseline=name, stats=stats)  # the next baseline's work waits for shared
@@ -527,6 +528,7 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
             stats = measure.time_callable(model, buffers, rotations, device,
                                           budget_s=float(setup["timing_budget_s"]),
                                           max_iters=int(setup.get("max_iters", 1000)),
+                                          settle_within=float(setup.get("settle_within", 0.01)),
                                           warmup_inputs=fresh(trial_inputs[0]))
     except BaseException as exc:  # noqa: BLE001
         send("error", where="timing", build_error=False, error=describe(exc))

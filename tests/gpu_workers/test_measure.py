@@ -60,3 +60,16 @@ def test_the_spin_before_a_kernel_side_timing_covers_the_hosts_queueing_time():
     assert measure.spin_cycles(0.001) == measure.MIN_SPIN_CYCLES
     assert measure.spin_cycles(50.0) == measure.SPIN_CYCLES
     assert measure.spin_cycles(0.2) == 600_000  # 1.5 × 0.2 ms at ~2 GHz
+
+
+def test_how_precisely_a_median_must_be_known_is_the_operators_choice_within_bounds(monkeypatch):
+    from gpu_workers.evaluator import settle_within
+
+    monkeypatch.delenv("KERNELARENA_SETTLE_WITHIN", raising=False)
+    assert settle_within() == 0.01
+    monkeypatch.setenv("KERNELARENA_SETTLE_WITHIN", "0.02")
+    assert settle_within() == 0.02
+    monkeypatch.setenv("KERNELARENA_SETTLE_WITHIN", "7")
+    assert settle_within() == 0.5  # never so loose that any two iterations would do
+    monkeypatch.setenv("KERNELARENA_SETTLE_WITHIN", "two percent")
+    assert settle_within() == 0.01
