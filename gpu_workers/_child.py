@@ -120,9 +120,9 @@ def _role_compile(setup: dict[str, Any], send: _Sender) -> None:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
-    if fastbuild.install() and os.environ.get("KERNELARENA_LITE", "1") != "0":
-        from . import litebuild
+    from . import litebuild
 
+    if fastbuild.install() and litebuild.enabled():
         try:  # the bridge is ours: built (once per toolchain) or loaded before the confinement
             litebuild.bridge_module(setup.get("device") == "cuda")
         except Exception as exc:  # noqa: BLE001 - the light build will fail over to the next build

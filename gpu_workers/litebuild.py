@@ -78,6 +78,12 @@ class LitePlan:
     marker: Path
 
 
+def enabled() -> bool:
+    """Light builds are tried in this process: one of our children (it has an extensions folder),
+    unless ``KERNELARENA_LITE=0``."""
+    return os.environ.get("KERNELARENA_LITE", "1") != "0" and bool(os.environ.get("TORCH_EXTENSIONS_DIR"))
+
+
 def plans(arguments: dict[str, Any]) -> list[LitePlan]:
     """load_inline's arguments for the light builds of this call, fastest first (none where they do
     not apply, or where an earlier attempt at this name failed):
@@ -87,7 +93,7 @@ def plans(arguments: dict[str, Any]) -> list[LitePlan]:
     - light: the CUDA source compiled whole by nvcc against the light headers (templated kernels,
       kernels used other than by launching, ...), or a C++-only extension.
     """
-    if os.environ.get("KERNELARENA_LITE", "1") == "0" or not os.environ.get("TORCH_EXTENSIONS_DIR"):
+    if not enabled():
         return []
     if arguments.get("no_implicit_headers") or arguments.get("build_directory") or arguments.get("sycl_sources") \
             or arguments.get("use_pch") or not arguments.get("is_python_module", True):
