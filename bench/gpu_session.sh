@@ -32,6 +32,9 @@
 #   PART=15 bash bench/gpu_session.sh  # the hack and fault GPU tests (first: the Landlock confinement and the kept
 #                                      # baseline samples have not run on a GPU yet), then throughput at 16 workers
 #                                      # (80 candidates) with each median precision in SETTLES (KERNELARENA_SETTLE_WITHIN)
+#   PART=16 bash bench/gpu_session.sh  # the hack, fault and measure GPU tests, then throughput at 16 workers (80
+#                                      # candidates) for each of VARIANTS (name:VAR=value,VAR=value; "default" alone)
+#   PART=17 bash bench/gpu_session.sh  # throughput for each of VARIANTS, then fidelity (5 evaluations) and ncu on gelu
 #   PART=6 bash bench/gpu_session.sh   # every suite task once (medians), ncu on all of them, throughput on
 #                                      # every GPU (the 2-GPU kind)
 set -uo pipefail
@@ -70,6 +73,11 @@ case "${PART:-all}" in
   15) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_gpu_faults.py}" "${TESTS_S:=250}" \
         "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" "${SETTLES:=0.02 0.01}" \
         "${SETTLE_S:=130}" ;;
+  16) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_gpu_faults.py tests/gpu_workers/test_measure.py}" \
+        "${TESTS_S:=240}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" \
+        "${VARIANTS:=default nice0:KERNELARENA_COMPILE_NICE=0}" "${VARIANT_S:=140}" ;;
+  17) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${VARIANTS:=default}" "${VARIANT_S:=140}" \
+        "${FIDELITY_S:=150}" "${NCU_S:=40}" ;;
   3) : "${COMPILE_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" "${TESTS_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${SUITE_S:=540}" ;;
 esac
 OUT=${OUT:-/tmp/ka-out}; mkdir -p "$OUT"
@@ -108,6 +116,11 @@ fi
 for settle in ${SETTLES:-}; do
   TAIL=3 KERNELARENA_SETTLE_WITHIN=$settle step "throughput_settle$settle" "${SETTLE_S:-130}" $CORES16 python3 \
     bench/throughput.py --device cuda --build --gpus 1 --workers 16 --candidates 80 --size 1048576
+done
+for variant in ${VARIANTS:-}; do  # name, or name:VAR=value,VAR=value: the same throughput run under each setting
+  name=${variant%%:*}; settings=(); [ "$name" != "$variant" ] && IFS=, read -ra settings <<< "${variant#*:}"
+  TAIL=4 step "throughput_$name" "${VARIANT_S:-140}" env "${settings[@]}" $CORES16 python3 bench/throughput.py \
+    --device cuda --build --gpus 1 --workers 16 --candidates "${VARIANT_N:-80}" --size 1048576
 done
 for cap in ${CAPS:-}; do
   TAIL=4 KERNELARENA_GPU_SHARED_MAX=$cap step "throughput_cap$cap" "${CAP_S:-110}" $CORES16 python3 bench/throughput.py \

@@ -92,7 +92,19 @@ def main() -> int:
                         help="the local pool, or Ray (a local cluster: one actor per GPU, --workers spread over them)")
     parser.add_argument("--zygote", choices=["on", "off", "both"], default="on",
                         help="children forked from the zygote, started with python -m, or both side by side")
+    parser.add_argument("--no-warm-up", dest="warm_up", action="store_false",
+                        help="skip the worker's warm-up (probe, zygote, compile child, bridge) before the clock: "
+                             "the first round then pays for it, as a worker that never warmed up would")
     args = parser.parse_args()
+    if args.warm_up and args.pool == "local" and args.zygote != "both":  # Ray actors warm themselves as they start
+        from gpu_workers.warmup import warm_up
+
+        os.environ["KERNELARENA_ZYGOTE"] = "1" if args.zygote == "on" else "0"
+        started = time.perf_counter()
+        steps = warm_up(args.device, 0 if args.device == "cuda" else None)
+        print(f"worker warm-up before the clock, as a worker does once when it starts: "
+              f"{time.perf_counter() - started:.1f} s ({', '.join(f'{k} {v:.1f} s' for k, v in steps.items())})",
+              flush=True)
 
     task = TASK if not args.size else TASK.replace('PROFILES = {"cpu": {"N": 1 << 16}, "cuda": {"N": 1 << 24}}',
                                                     f'PROFILES = {{"cpu": {{"N": {args.size}}}, "cuda": {{"N": {args.size}}}}}')
@@ -169,7 +181,11 @@ def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count
         slot = r.timing_stats.get("gpu_slot") or {}
         busy[gpu] = busy.get(gpu, 0.0) + float(slot.get("held_s", 0.0))
         alone[gpu] = alone.get(gpu, 0.0) + float(slot.get("exclusive_s", 0.0))
-    iterations = sorted(int((r.timing_stats.get("kernel") or {}).get("iterations") or 0) for r in results)
+    kernel_stats = [r.timing_stats.get("kernel") or {} for r in results]
+    iterations = sorted(int(k.get("iterations") or 0) for k in kernel_stats)
+    spun = sum(1 for k in kernel_stats if k.get("host_waits") == "spin")
+    e2e = sorted(float(k["median_ms"]) for k in kernel_stats if k.get("median_ms"))
+    side = sorted(float(k["gpu_median_ms"]) for k in kernel_stats if k.get("gpu_median_ms"))
     compile_s = sorted((r.compile_ms or 0) / 1e3 for r in results if r.compile_ms)
     median_compile = compile_s[len(compile_s) // 2] if compile_s else 0.0
     occupancy = ", ".join(f"GPU {str(g)[:12]}: held {held / elapsed:.0%} of the wall time (over 100%: work overlapped), "
@@ -178,7 +194,10 @@ def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count
     steady_text = f" (after the first {workers}: {steady:.1f}/min)" if steady else ""
     print(f"  where an evaluation's time went (median seconds from its start; {_pauses(results)}): "
           f"{_timeline_medians(results)}; timed iterations per candidate: median "
-          f"{iterations[len(iterations) // 2] if iterations else 0}", flush=True)
+          f"{iterations[len(iterations) // 2] if iterations else 0} ({spun} of {len(results)} spun while waiting on "
+          f"the GPU); kernel medians over candidates: end to end "
+          f"{e2e[len(e2e) // 2] if e2e else float('nan'):.4f} ms, kernel side "
+          f"{side[len(side) // 2] if side else float('nan'):.4f} ms", flush=True)
     print(f"{label}: {count} candidates in {elapsed:.1f} s = {rate:.1f}/min{steady_text} {dict(statuses)}; "
           f"median compile {median_compile:.1f} s; {occupancy or 'no GPU slot'}; CPU {cpu_per_eval:.1f} busy core-s "
           f"per evaluation (the whole machine's)", flush=True)

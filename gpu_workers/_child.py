@@ -127,6 +127,8 @@ def _role_compile(setup: dict[str, Any], send: _Sender) -> None:
             litebuild.bridge_module(setup.get("device") == "cuda")
         except Exception as exc:  # noqa: BLE001 - the light build will fail over to the next build
             print(f"[kernelarena] no light-build bridge: {exc}"[:2000], file=sys.stderr, flush=True)
+    if int(setup.get("nice") or 0) > 0:  # after the bridge, which every first build waits for
+        os.nice(int(setup["nice"]))      # inherited by the compilers this child runs
     _confine_candidate_code()
     try:
         exec_source(setup["kernel_source"], "kernelarena_candidate", "<kernel>")

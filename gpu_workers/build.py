@@ -171,7 +171,7 @@ def compile_candidate(request: EvalRequest, hardware: dict[str, Any], build: Bui
         done_marker = build.ext_dir / "compiled.ok"  # the folder is this exact source's: built once is built
         if done_marker.exists():
             return CompileOutcome(0.0, False, note + "[judge] built earlier from the same source and toolchain")
-        outcome = _compile_in_child(request, hardware, build)
+        outcome = compile_in_child(request, hardware, build)
         if outcome.ms is not None and not outcome.deferred:
             done_marker.touch()
         note += (f"[judge] compile phase {time.monotonic() - asked:.2f} s: build lock {locked - asked:.2f} s, "
@@ -194,6 +194,18 @@ _SWITCHES = ("KERNELARENA_LITE", "KERNELARENA_SPLIT", "KERNELARENA_CONFINE")  # 
 _spares: list[tuple[int, sandbox.Child]] = []  # (the process that started it, the child)
 _spares_lock = threading.Lock()
 _in_flight = [0]  # compiles running in this process: keep one spare more than that ready
+
+
+def compile_nice() -> int:
+    """How much lower the compile child (and the compilers it runs) is scheduled than the rest of an
+    evaluation: ``KERNELARENA_COMPILE_NICE`` (default 10, 0 to 19). Compiles are the bulk of the CPU
+    work and wait for nobody; the children that time kernels or feed the GPU should get a core first
+    when there are more runnable processes than cores."""
+    try:
+        value = int(os.environ.get("KERNELARENA_COMPILE_NICE", "10"))
+    except ValueError:
+        return 10
+    return min(max(value, 0), 19)
 
 
 def max_spares() -> int:
@@ -238,7 +250,8 @@ def close_spares() -> None:
 atexit.register(close_spares)
 
 
-def _compile_in_child(request: EvalRequest, hardware: dict[str, Any], build: BuildContext) -> CompileOutcome:
+def compile_in_child(request: EvalRequest, hardware: dict[str, Any], build: BuildContext) -> CompileOutcome:
+    """Run the request's module in a compile child (a spare when one is ready), no build lock."""
     started = time.monotonic()
     with _spares_lock:
         _in_flight[0] += 1
@@ -257,7 +270,7 @@ def _run_compile_child(request: EvalRequest, hardware: dict[str, Any], build: Bu
         setup_env: dict[str, str | None] = {k: v for k, v in env.items() if k in _PER_BUILD_ENV}
         setup_env.update({k: os.environ.get(k) for k in _SWITCHES})
         child.send({"kernel_source": request.kernel_source, "env": setup_env, "spare": spare,
-                    "device": request.device})
+                    "device": request.device, "nice": compile_nice()})
         try:
             message = child.recv(time.monotonic() + request.compile_timeout_s, max_bytes=1 << 20)
         except sandbox.ChildError as exc:

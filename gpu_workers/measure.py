@@ -39,6 +39,15 @@ _event_record = torch.cuda.Event.record
 _event_sync = torch.cuda.Event.synchronize
 _event_elapsed = torch.cuda.Event.elapsed_time
 _cuda_spin = getattr(torch.cuda, "_sleep", None)
+try:  # the CUDA driver, for how this process waits on the GPU while it times (SpinWaits)
+    import ctypes
+
+    _driver = ctypes.CDLL("libcuda.so.1")
+    _ctx_get_flags, _ctx_set_flags = _driver.cuCtxGetFlags, _driver.cuCtxSetFlags  # CUDA 12.1 and later
+    _c_uint, _byref = ctypes.c_uint, ctypes.byref
+except (OSError, AttributeError):
+    _ctx_get_flags = _ctx_set_flags = None
+CU_CTX_SCHED_MASK, CU_CTX_SCHED_SPIN = 0x07, 0x01
 CYCLES_PER_MS = 2_000_000  # GPU clock cycles in a millisecond (about 2 GHz)
 SPIN_CYCLES = CYCLES_PER_MS  # the longest spin before a kernel-side timing (~1 ms)
 MIN_SPIN_CYCLES = CYCLES_PER_MS // 10  # the shortest (~0.1 ms)
@@ -194,6 +203,43 @@ class L2Flusher:
         if self.buffer is not None:
             _tensor_zero(self.buffer)
             _tensor_amax(self.buffer)  # the write-backs happen here, outside the timing
+
+
+class SpinWaits:
+    """While timing on CUDA, this process's context spins while it waits on the GPU instead of
+    yielding its core (CUDA's default once contexts outnumber cores, as with many evaluations at
+    once): a device-wide synchronize then returns within a microsecond of the GPU going idle, not
+    whenever the scheduler gives the core back, which is what made end-to-end medians of short
+    kernels wander under host load. The context's own flags are restored afterwards. Without the
+    driver's ``cuCtxSetFlags`` (before CUDA 12.1) it changes nothing; ``mode`` says which."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.mode = "default"
+        self._saved: int | None = None
+
+    def __enter__(self) -> SpinWaits:
+        if self.device.type != "cuda" or _ctx_set_flags is None:
+            return self
+        flags = _c_uint(0)
+        if _ctx_get_flags(_byref(flags)) != 0:
+            return self
+        if _ctx_set_flags(_c_uint((flags.value & ~CU_CTX_SCHED_MASK) | CU_CTX_SCHED_SPIN)) == 0:
+            self._saved, self.mode = flags.value, "spin"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._saved is not None:
+            _ctx_set_flags(_c_uint(self._saved))
+            self._saved = None
+
+
+def context_sched_flags() -> int | None:
+    """The current CUDA context's scheduling flags (CU_CTX_SCHED_*), or None without a driver/context."""
+    if _ctx_get_flags is None:
+        return None
+    flags = _c_uint(0)
+    return flags.value & CU_CTX_SCHED_MASK if _ctx_get_flags(_byref(flags)) == 0 else None
 
 
 # ---- outputs -------------------------------------------------------------------------------
@@ -356,47 +402,49 @@ def time_callable(
         fn(*buffers)
     synchronize(device)
 
-    times: list[float] = []
-    host_times: list[float] = []
-    kept: dict[int, list[Any]] = {}
-    started = _perf_counter()
-    iteration = 0
-    while True:
-        r = iteration % len(rotations)
-        load(rotations[r])
-        flusher.flush()
-        synchronize(device)
-        if device.type == "cuda":
-            start, end = _Event(enable_timing=True), _Event(enable_timing=True)
-            host0 = _perf_counter()
-            _event_record(start)
-            out = fn(*buffers)
+    waits = SpinWaits(device)
+    with waits:
+        times: list[float] = []
+        host_times: list[float] = []
+        kept: dict[int, list[Any]] = {}
+        started = _perf_counter()
+        iteration = 0
+        while True:
+            r = iteration % len(rotations)
+            load(rotations[r])
+            flusher.flush()
             synchronize(device)
-            _event_record(end)
-            _event_sync(end)
-            host1 = _perf_counter()
-            times.append(float(_event_elapsed(start, end)))
-        else:
-            host0 = _perf_counter()
-            out = fn(*buffers)
-            host1 = _perf_counter()
-            times.append((host1 - host0) * 1e3)
-        host_times.append((host1 - host0) * 1e3)
-        kept[r] = snapshot(out)  # a device clone; moved to the CPU once, after the loop
-        del out
-        iteration += 1
-        elapsed = _perf_counter() - started
-        if iteration >= max_iters:
-            break
-        if iteration >= max(min_iters, len(rotations)):
-            if elapsed >= budget_s:
+            if device.type == "cuda":
+                start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+                host0 = _perf_counter()
+                _event_record(start)
+                out = fn(*buffers)
+                synchronize(device)
+                _event_record(end)
+                _event_sync(end)
+                host1 = _perf_counter()
+                times.append(float(_event_elapsed(start, end)))
+            else:
+                host0 = _perf_counter()
+                out = fn(*buffers)
+                host1 = _perf_counter()
+                times.append((host1 - host0) * 1e3)
+            host_times.append((host1 - host0) * 1e3)
+            kept[r] = snapshot(out)  # a device clone; moved to the CPU once, after the loop
+            del out
+            iteration += 1
+            elapsed = _perf_counter() - started
+            if iteration >= max_iters:
                 break
-            if iteration >= 20 and _spread(times) <= target_spread:
-                break
-            if iteration % SETTLE_EVERY == 0 and _median_settled(times, settle_within, resolution):
-                break
-    gpu_times = _gpu_only_times(fn, buffers, rotations, device, load, flusher, min(gpu_only_iters, len(times)),
-                                spin_cycles(statistics.median(host_times))) if device.type == "cuda" else []
+            if iteration >= max(min_iters, len(rotations)):
+                if elapsed >= budget_s:
+                    break
+                if iteration >= 20 and _spread(times) <= target_spread:
+                    break
+                if iteration % SETTLE_EVERY == 0 and _median_settled(times, settle_within, resolution):
+                    break
+        gpu_times = _gpu_only_times(fn, buffers, rotations, device, load, flusher, min(gpu_only_iters, len(times)),
+                                    spin_cycles(statistics.median(host_times))) if device.type == "cuda" else []
     first = times[: len(rotations)]
     repeats = times[len(rotations):]
     return {
@@ -413,6 +461,7 @@ def time_callable(
         "max_ms": max(times),
         "spread": _spread(times) if len(times) >= 4 else None,
         "iterations": len(times),
+        "host_waits": waits.mode,  # "spin": the synchronise busy-waited (SpinWaits)
         "total_ms": sum(times),
         "kept_outputs": [kept[r] for r in sorted(kept)],  # on the device: the caller moves them
     }

@@ -106,6 +106,10 @@ def _actor_class(ray: Any, gpus: int, concurrency: int) -> Any:
 
             self.pid = os.getpid()
             self.served = 0
+            if gpus:  # the zygote and the bridge before the first evaluation, not during it
+                from .warmup import warm_up_in_background
+
+                warm_up_in_background("cuda", 0, who="Ray evaluator actor")
 
         def evaluate(self, payload: dict[str, Any]) -> dict[str, Any]:
             request = EvalRequest.from_dict(payload)

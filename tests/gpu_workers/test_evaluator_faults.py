@@ -138,6 +138,15 @@ def test_memory_bomb_is_stopped_by_the_limit(fault_results):
     assert "forward" in result.message or "memory limit" in result.message, result.message
 
 
+def test_the_compile_child_runs_below_the_rest_of_the_evaluation(monkeypatch):
+    monkeypatch.setenv("KERNELARENA_COMPILE_NICE", "7")
+    result = evaluate(_request("reports_niceness.py", trials=2, timing_budget_s=0.05))
+    assert result.status == "passed", result.message
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    assert f"module run at niceness {min(base + 7, 19)}" in result.compile_log  # and the compilers it starts
+    assert f"module run at niceness {base}" in result.run_log  # the candidate child, which times, is not lowered
+
+
 def test_syntax_error_is_a_compile_error_with_the_line():
     result = evaluate(_request("syntax_error.py"))
     assert result.status == "compile_error"

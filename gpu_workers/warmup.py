@@ -1,0 +1,68 @@
+"""A worker's start-up work, done before its first evaluation instead of during it.
+
+Every first evaluation of a fresh worker process waits for the same things: the GPU probe, this
+process's zygote (a Python with torch imported, which forks every child), ready compile children,
+and the light-build bridge (built once per toolchain into the shared cache, loaded by each compile
+child). ``warm_up`` does them all once, with no candidate code anywhere: the compile child runs an
+empty module of ours. A Ray evaluator actor warms itself when it starts; a Celery worker process
+does so when ``KERNELARENA_WARM_UP`` names its device (``cuda`` or ``cpu``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+WARM_UP_SOURCE = "# the worker's warm-up: no candidate code here; the compile child loads or builds the bridge\n"
+
+
+def warm_up(device: str, gpu_index: int | None = None) -> dict[str, float]:
+    """Seconds each step took: ``probe`` (the GPU or CPU facts), ``compile_child`` (the zygote, a
+    compile child and its spare, the bridge). Raises RuntimeError when a step fails."""
+    from . import build
+    from .hardware import hardware_info
+    from .schema import EvalRequest
+
+    steps: dict[str, float] = {}
+    started = time.monotonic()
+    hardware = hardware_info(device, gpu_index)
+    steps["probe"] = time.monotonic() - started
+    mark = time.monotonic()
+    request = EvalRequest(task_source="", kernel_source=WARM_UP_SOURCE, device=device, gpu_index=gpu_index,
+                          compile_timeout_s=900.0)
+    outcome = build.compile_in_child(request, hardware, build.BuildContext(None, None))
+    if outcome.ms is None:
+        raise RuntimeError(f"the warm-up compile child failed:\n{outcome.log[-4000:]}")
+    steps["compile_child"] = time.monotonic() - mark
+    return steps
+
+
+def warm_up_in_background(device: str, gpu_index: int | None = None, who: str = "worker") -> threading.Thread:
+    """``warm_up`` on a daemon thread; what it did (or why it could not) goes to stderr. Evaluations
+    may start meanwhile: they share what it has made so far (the zygote and bridge have their locks)."""
+
+    def run() -> None:
+        try:
+            steps = warm_up(device, gpu_index)
+            done = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in steps.items())
+            print(f"[kernelarena] {who} {os.getpid()} warmed up for {device}: {done}", file=sys.stderr, flush=True)
+        except Exception as exc:  # noqa: BLE001 - a warm-up that fails leaves the first evaluation to do it
+            print(f"[kernelarena] {who} {os.getpid()} could not warm up for {device}: {exc}"[:4000],
+                  file=sys.stderr, flush=True)
+
+    thread = threading.Thread(target=run, name="kernelarena-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
+def configured_device(value: Any = None) -> str | None:
+    """The device named by ``KERNELARENA_WARM_UP`` (``cuda``, ``cpu``; empty or ``0``: none)."""
+    name = str(os.environ.get("KERNELARENA_WARM_UP", "") if value is None else value).strip().lower()
+    if name in ("", "0", "no", "off", "none"):
+        return None
+    if name not in ("cuda", "cpu"):
+        raise ValueError(f"KERNELARENA_WARM_UP must be cuda, cpu or empty, not {name!r}")
+    return name
