@@ -366,6 +366,9 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
     from .tasks import exec_source, load_task_module
 
     device = _device(setup)
+    # After the CUDA context exists (CUDA's initialisation fails under the confinement: see
+    # bench/confine_cuda.py), before any candidate code: the driver's own threads stay unconfined.
+    _confine_candidate_code()
     _prepare_torch(setup)
     measure.tune_cpu_heap()
     low_precision = {torch.float16, torch.bfloat16, getattr(torch, "float8_e4m3fn", torch.float16),
@@ -595,8 +598,6 @@ def _serve_one(role: str, setup: dict[str, Any], in_fd: int, out_fd: int) -> int
 def main(argv: list[str]) -> int:
     role, in_fd, out_fd = argv[0], int(argv[1]), int(argv[2])
     _harden_process()
-    if role == "candidate":  # still its only thread (started with python -m, or just forked)
-        _confine_candidate_code()
     import torch  # noqa: F401 - before the setup arrives: the parent may hold it until the GPU is free
     _preload(role)
     setup = channel.read_message(in_fd)
