@@ -37,6 +37,8 @@
 #   PART=17 bash bench/gpu_session.sh  # throughput for each of VARIANTS, then fidelity (5 evaluations) and ncu on gelu
 #   PART=18 bash bench/gpu_session.sh  # which writes CUDA needs under the confinement (bench/confine_cuda.py), the
 #                                      # hack and fault GPU tests, throughput at 16 workers (80 candidates)
+#   PART=19 bash bench/gpu_session.sh  # the hack GPU tests without the spin (TESTS_ENV), then throughput with and
+#                                      # without it and with medians known to 2%
 #   PART=6 bash bench/gpu_session.sh   # every suite task once (medians), ncu on all of them, throughput on
 #                                      # every GPU (the 2-GPU kind)
 set -uo pipefail
@@ -81,6 +83,9 @@ case "${PART:-all}" in
   18) : "${CONFINE_S:=120}" "${TESTS:=tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_gpu_faults.py}" \
         "${TESTS_S:=200}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" \
         "${VARIANTS:=default}" "${VARIANT_S:=140}" ;;
+  19) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_ENV:=KERNELARENA_TIMING_SPIN=0}" "${TESTS_S:=150}" \
+        "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" \
+        "${VARIANTS:=spin nospin:KERNELARENA_TIMING_SPIN=0 settle2:KERNELARENA_SETTLE_WITHIN=0.02}" "${VARIANT_S:=120}" ;;
   17) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${VARIANTS:=default}" "${VARIANT_S:=140}" \
         "${FIDELITY_S:=150}" "${NCU_S:=40}" ;;
   3) : "${COMPILE_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" "${TESTS_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${SUITE_S:=540}" ;;
@@ -101,7 +106,7 @@ step() {  # step NAME SECONDS COMMAND...: run, keep the log, print its tail
 }
 CORES16="taskset -c 0-15"
 step confine_cuda "${CONFINE_S:-0}" python3 bench/confine_cuda.py
-step gpu_tests "${TESTS_S:-170}" python3 -m pytest -p no:cacheprovider -q -m gpu -rA ${TESTS:-tests/gpu_workers/test_litebuild.py \
+step gpu_tests "${TESTS_S:-170}" env ${TESTS_ENV:-} python3 -m pytest -p no:cacheprovider -q -m gpu -rA ${TESTS:-tests/gpu_workers/test_litebuild.py \
   tests/gpu_workers/test_gpu_faults.py tests/gpu_workers/test_splitbuild.py::test_split_build_failure_falls_back_to_the_plain_build}
 step compile_speed "${COMPILE_S:-170}" $CORES16 python3 bench/compile_speed.py --device cuda --candidates "${COMPILE_N:-2}" \
   --extra-ours "${EXTRA_OURS:-0}"

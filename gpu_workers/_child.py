@@ -160,6 +160,10 @@ def _prepare_torch(setup: dict[str, Any]) -> None:
     torch.randn(1 << 18).sum()  # start the intra-op thread pool before any counting
 
 
+def _timing_switches(setup: dict[str, Any]) -> dict[str, Any]:
+    return {"settle_within": float(setup.get("settle_within", 0.01)), "spin_waits": bool(setup.get("spin_waits", True))}
+
+
 def _fresh(values: list[Any], device) -> list[Any]:
     """A private copy for one use: a model may write into its inputs."""
     import torch
@@ -289,8 +293,8 @@ def _reference_work(setup: dict[str, Any], send: _Sender) -> None:
                 stats = measure.time_callable(fn, buffers, [_fresh(r, device) for r in rotation_inputs], device,
                                               budget_s=float(setup["timing_budget_s"]),
                                               max_iters=int(setup.get("max_iters", 1000)),
-                                              settle_within=float(setup.get("settle_within", 0.01)),
-                                              warmup_inputs=_fresh(trial_inputs[0], device))
+                                              warmup_inputs=_fresh(trial_inputs[0], device),
+                                              **_timing_switches(setup))
             stats.pop("kept_outputs")
             send.pause("timing_end", baseline=name, stats=stats)  # the next baseline's work waits for shared
         except Exception as exc:  # noqa: BLE001 - a baseline that cannot run is reported, not fatal
@@ -533,8 +537,7 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
             stats = measure.time_callable(model, buffers, rotations, device,
                                           budget_s=float(setup["timing_budget_s"]),
                                           max_iters=int(setup.get("max_iters", 1000)),
-                                          settle_within=float(setup.get("settle_within", 0.01)),
-                                          warmup_inputs=fresh(trial_inputs[0]))
+                                          warmup_inputs=fresh(trial_inputs[0]), **_timing_switches(setup))
     except BaseException as exc:  # noqa: BLE001
         send("error", where="timing", build_error=False, error=describe(exc))
         return

@@ -56,6 +56,12 @@ def settle_within() -> float:
     return min(max(value, 0.0), 0.5)
 
 
+def timing_options() -> dict[str, Any]:
+    """The operator's timing switches, handed to every child that times (reference and candidate):
+    ``settle_within`` and ``spin_waits`` (``KERNELARENA_TIMING_SPIN``, default on: see measure.SpinWaits)."""
+    return {"settle_within": settle_within(), "spin_waits": os.environ.get("KERNELARENA_TIMING_SPIN", "1") != "0"}
+
+
 class Timeline:
     """Seconds since the evaluation began at which each phase and child message arrived (kept with
     the result: where an evaluation's time went)."""
@@ -106,8 +112,7 @@ def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | No
     setup = {"task_source": request.task_source, "profile": profile, "device": _device_string(request),
              "seeds": seeds, "baselines": wanted, "count_flops": flops_cached is None,
              "timing_budget_s": request.timing_budget_s, "max_iters": max_timed_iterations(request.device),
-             "settle_within": settle_within(),
-             "threads": threads_for(request)}
+             **timing_options(), "threads": threads_for(request)}
     env = child_env(request, hardware, None, hide_gpu=False)
     child, reused = refpool.borrow(env, request.memory_limit_mb)
     setup["serve"] = refpool.enabled()  # after its done, the child waits for the next evaluation's setup
@@ -245,7 +250,7 @@ def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, 
         "seeds": {k: reference["seeds"][k] for k in ("trials", "rotations", "after")},
         "timing_budget_s": request.timing_budget_s,
         "max_iters": max_timed_iterations(request.device),
-        "settle_within": settle_within(),
+        **timing_options(),
         "threads": threads_for(request),
         "trace_ops": True,
         "poison_bytes": 2 * out_bytes,

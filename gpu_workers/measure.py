@@ -213,13 +213,14 @@ class SpinWaits:
     kernels wander under host load. The context's own flags are restored afterwards. Without the
     driver's ``cuCtxSetFlags`` (before CUDA 12.1) it changes nothing; ``mode`` says which."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, enabled: bool = True):
         self.device = device
+        self.enabled = enabled
         self.mode = "default"
         self._saved: int | None = None
 
     def __enter__(self) -> SpinWaits:
-        if self.device.type != "cuda" or _ctx_set_flags is None:
+        if not self.enabled or self.device.type != "cuda" or _ctx_set_flags is None:
             return self
         flags = _c_uint(0)
         if _ctx_get_flags(_byref(flags)) != 0:
@@ -372,6 +373,7 @@ def time_callable(
     warmup: int = 2,
     warmup_inputs: Sequence[Any] | None = None,
     gpu_only_iters: int = 30,
+    spin_waits: bool = True,
 ) -> dict[str, Any]:
     """Median time of ``fn(*buffers)`` with the buffers' values rotated between iterations.
 
@@ -402,7 +404,7 @@ def time_callable(
         fn(*buffers)
     synchronize(device)
 
-    waits = SpinWaits(device)
+    waits = SpinWaits(device, enabled=spin_waits)
     with waits:
         times: list[float] = []
         host_times: list[float] = []

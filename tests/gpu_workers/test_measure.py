@@ -100,3 +100,6 @@ def test_a_cuda_timing_spins_while_it_waits_and_gives_the_context_its_flags_back
     assert measure.context_sched_flags() == before
     stats = measure.time_callable(torch.neg, [x], [[torch.randn_like(x)]], device, budget_s=0.05, max_iters=50)
     assert stats["host_waits"] == "spin" and measure.context_sched_flags() == before
+    stats = measure.time_callable(torch.neg, [x], [[torch.randn_like(x)]], device, budget_s=0.05, max_iters=50,
+                                  spin_waits=False)  # KERNELARENA_TIMING_SPIN=0
+    assert stats["host_waits"] == "default" and measure.context_sched_flags() == before
