@@ -39,6 +39,8 @@
 #                                      # hack and fault GPU tests, throughput at 16 workers (80 candidates)
 #   PART=19 bash bench/gpu_session.sh  # the hack GPU tests without the spin (TESTS_ENV), then throughput with and
 #                                      # without it and with medians known to 2%
+#   PART=20 bash bench/gpu_session.sh  # the hack GPU tests (their results kept), fidelity on gelu without the spin
+#                                      # (FIDELITY_VARIANTS) and with it, ncu
 #   PART=6 bash bench/gpu_session.sh   # every suite task once (medians), ncu on all of them, throughput on
 #                                      # every GPU (the 2-GPU kind)
 set -uo pipefail
@@ -86,6 +88,8 @@ case "${PART:-all}" in
   19) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_ENV:=KERNELARENA_TIMING_SPIN=0}" "${TESTS_S:=150}" \
         "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" \
         "${VARIANTS:=spin nospin:KERNELARENA_TIMING_SPIN=0 settle2:KERNELARENA_SETTLE_WITHIN=0.02}" "${VARIANT_S:=120}" ;;
+  20) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_S:=150}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" \
+        "${FIDELITY_VARIANTS:=nospin:KERNELARENA_TIMING_SPIN=0}" "${FIDELITY_S:=130}" "${NCU_S:=40}" ;;
   17) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${VARIANTS:=default}" "${VARIANT_S:=140}" \
         "${FIDELITY_S:=150}" "${NCU_S:=40}" ;;
   3) : "${COMPILE_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" "${TESTS_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${SUITE_S:=540}" ;;
@@ -108,6 +112,7 @@ CORES16="taskset -c 0-15"
 step confine_cuda "${CONFINE_S:-0}" python3 bench/confine_cuda.py
 step gpu_tests "${TESTS_S:-170}" env ${TESTS_ENV:-} python3 -m pytest -p no:cacheprovider -q -m gpu -rA ${TESTS:-tests/gpu_workers/test_litebuild.py \
   tests/gpu_workers/test_gpu_faults.py tests/gpu_workers/test_splitbuild.py::test_split_build_failure_falls_back_to_the_plain_build}
+[ -f test-artifacts/gpu_hack_results.json ] && cp test-artifacts/gpu_hack_results.json "$OUT/"
 step compile_speed "${COMPILE_S:-170}" $CORES16 python3 bench/compile_speed.py --device cuda --candidates "${COMPILE_N:-2}" \
   --extra-ours "${EXTRA_OURS:-0}"
 TAIL=${TP_TAIL:-6} step throughput_1gpu "${TP1_S:-100}" $CORES16 python3 bench/throughput.py --device cuda --build --gpus 1 \
@@ -136,6 +141,11 @@ done
 for cap in ${CAPS:-}; do
   TAIL=4 KERNELARENA_GPU_SHARED_MAX=$cap step "throughput_cap$cap" "${CAP_S:-110}" $CORES16 python3 bench/throughput.py \
     --device cuda --build --gpus 1 --workers 16 --candidates 64 --size 1048576
+done
+for variant in ${FIDELITY_VARIANTS:-}; do  # name:VAR=value,...: fidelity under another setting, before the main one
+  name=${variant%%:*}; settings=(); [ "$name" != "$variant" ] && IFS=, read -ra settings <<< "${variant#*:}"
+  TAIL=3 step "fidelity_$name" "${FIDELITY_S:-220}" env "${settings[@]}" python3 bench/eval_timeline.py --device cuda \
+    --only ${FIDELITY_ONLY-gelu} --repeat "${FIDELITY_REPEAT:-5}" --out "$OUT/fidelity_$name.json"
 done
 TAIL=${FIDELITY_TAIL:-3} step fidelity "${FIDELITY_S:-220}" python3 bench/eval_timeline.py --device cuda \
   --only ${FIDELITY_ONLY-gelu} --repeat "${FIDELITY_REPEAT:-5}" --out "$OUT/fidelity.json"
