@@ -35,16 +35,22 @@ def _harden_process() -> None:
         pass
 
 
-def _confine_candidate_code() -> None:
+def _confine_candidate_code(kernel_source: str) -> None:
     """Before any candidate code runs in this process: writes only beneath its own working folder,
-    its build folder, the candidates' own compiler caches and /dev (``confine``). The reference's
-    ``torch.compile`` cache, other candidates' builds, the bridge and the kept timings are out of reach."""
+    its build folder, its own compiler caches and /dev (``confine``). The compiler caches
+    (``torch.compile``, Triton) are this source's alone (``<cache>/candidates/<source hash>``): a
+    candidate cannot plant a cache entry that another candidate's compile would pick up. The
+    reference's ``torch.compile`` cache, other candidates' builds and caches, the bridge and the kept
+    timings are out of reach."""
+    import hashlib
+
     from . import confine
 
     shared = os.environ.get("KERNELARENA_CACHE_DIR")
     allowed = [os.getcwd(), "/dev"]
     if shared:
-        caches = os.path.join(shared, "candidates")  # torch.compile and Triton caches of candidate code
+        key = hashlib.sha256(kernel_source.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+        caches = os.path.join(shared, "candidates", key)
         for name, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
             os.environ[name] = os.path.join(caches, sub)
             os.makedirs(os.environ[name], exist_ok=True)
@@ -129,7 +135,7 @@ def _role_compile(setup: dict[str, Any], send: _Sender) -> None:
             print(f"[kernelarena] no light-build bridge: {exc}"[:2000], file=sys.stderr, flush=True)
     if int(setup.get("nice") or 0) > 0:  # after the bridge, which every first build waits for
         os.nice(int(setup["nice"]))      # inherited by the compilers this child runs
-    _confine_candidate_code()
+    _confine_candidate_code(setup["kernel_source"])
     try:
         exec_source(setup["kernel_source"], "kernelarena_candidate", "<kernel>")
     except BaseException as exc:  # noqa: BLE001 - candidate code
@@ -372,7 +378,7 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
     device = _device(setup)
     # After the CUDA context exists (CUDA's initialisation fails under the confinement: see
     # bench/confine_cuda.py), before any candidate code: the driver's own threads stay unconfined.
-    _confine_candidate_code()
+    _confine_candidate_code(setup["kernel_source"])
     _prepare_torch(setup)
     measure.tune_cpu_heap()
     low_precision = {torch.float16, torch.bfloat16, getattr(torch, "float8_e4m3fn", torch.float16),

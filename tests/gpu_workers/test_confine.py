@@ -29,18 +29,23 @@ TARGET = {target!r}
 
 
 def _try_writes(where):
-    for name in (os.path.join(TARGET, f"{{where}}-{{os.getpid()}}"),
-                 os.path.join(os.environ.get("KERNELARENA_CACHE_DIR", TARGET), f"poison-{{where}}")):
+    shared = os.environ.get("KERNELARENA_CACHE_DIR", TARGET)
+    for name in (os.path.join(TARGET, f"{{where}}-{{os.getpid()}}"), os.path.join(shared, f"poison-{{where}}"),
+                 os.path.join(shared, "candidates", "another-candidate", f"poison-{{where}}")):
         try:
             with open(name, "w") as out:
                 out.write("written by candidate code")
         except OSError:
             pass
-    try:
-        with open(os.path.join(os.getcwd(), "scratch"), "w") as out:  # its own folder stays writable
-            out.write("ok")
-    except OSError as exc:
-        raise RuntimeError(f"its own working folder was not writable: {{exc}}") from exc
+    own_cache = os.environ.get("TRITON_CACHE_DIR", os.getcwd())
+    if os.path.basename(os.path.dirname(own_cache)) == "another-candidate":
+        raise RuntimeError("the compiler cache is not this source's own")
+    for folder in (os.getcwd(), own_cache):  # its own folder and its own compiler cache stay writable
+        try:
+            with open(os.path.join(folder, "scratch"), "w") as out:
+                out.write("ok")
+        except OSError as exc:
+            raise RuntimeError(f"{{folder}} was not writable: {{exc}}") from exc
 
 
 _try_writes("import")
@@ -113,10 +118,12 @@ def _writer_request(target: Path) -> EvalRequest:
 def test_candidate_code_cannot_write_outside_its_own_folders(tmp_path, monkeypatch, kernelarena_cache_dir):
     target = tmp_path / "outside"
     target.mkdir()
+    neighbour = kernelarena_cache_dir / "candidates" / "another-candidate"  # another source's compiler caches
+    neighbour.mkdir(parents=True, exist_ok=True)
     result = evaluate(_writer_request(target))
-    assert result.status == "passed", result.message  # its own folder was writable, the rest refused quietly
+    assert result.status == "passed", result.message  # its own folders were writable, the rest refused quietly
     assert not list(target.iterdir())
-    assert not list(kernelarena_cache_dir.glob("poison-*"))
+    assert not list(kernelarena_cache_dir.glob("poison-*")) and not list(neighbour.iterdir())
     assert "[kernelarena] confined (Landlock ABI" in result.compile_log + result.run_log
 
     # the same candidate unconfined: the writes land (what the confinement is what stops)
@@ -127,5 +134,5 @@ def test_candidate_code_cannot_write_outside_its_own_folders(tmp_path, monkeypat
     assert result.status == "passed", result.message
     written = {p.name.split("-")[0] for p in other.iterdir()}
     assert written == {"import", "forward"}  # the compile child and the candidate child both wrote
-    for poison in kernelarena_cache_dir.glob("poison-*"):
+    for poison in [*kernelarena_cache_dir.glob("poison-*"), *neighbour.glob("poison-*")]:
         poison.unlink()
