@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+import sys
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import worker_init, worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings.local")
 
@@ -14,12 +15,27 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
-@worker_process_init.connect
-def _warm_up_evaluator(**_: object) -> None:
-    """A pool process of a worker started with KERNELARENA_WARM_UP=cuda (the gpu queue's) starts its
-    zygote and loads the light-build bridge now, in the background, not in its first evaluation."""
+def _warm_up_evaluator(who: str) -> None:
+    """Start the zygote and load the light-build bridge now, in the background, not in the first
+    evaluation, when the worker was started with KERNELARENA_WARM_UP=cuda (the gpu queue's) or cpu."""
     from gpu_workers.warmup import configured_device, warm_up_in_background
 
-    device = configured_device()
+    try:
+        device = configured_device()
+    except ValueError as exc:  # a typo must not keep the worker from serving
+        print(f"[kernelarena] no warm-up: {exc}", file=sys.stderr, flush=True)
+        return
     if device:
-        warm_up_in_background(device, who="Celery worker process")
+        warm_up_in_background(device, who=who)
+
+
+@worker_process_init.connect
+def _warm_up_pool_process(**_: object) -> None:
+    _warm_up_evaluator("Celery pool process")  # prefork: evaluations run in the pool's processes
+
+
+@worker_init.connect
+def _warm_up_worker(sender: object = None, **_: object) -> None:
+    pool = str(getattr(sender, "pool_cls", "")).lower()
+    if "solo" in pool or "thread" in pool:  # these pools run evaluations in the worker's own process
+        _warm_up_evaluator("Celery worker")
