@@ -29,6 +29,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from gpu_workers import EvalRequest, evaluate
+    from gpu_workers.hardware import placement
     from gpu_workers.suite import list_tasks
 
     rows = []
@@ -54,8 +55,8 @@ def main() -> int:
                 if stats.get("gpu_median_ms"):
                     gpu_medians.append(stats["gpu_median_ms"])
                 print(f"  end to end {stats.get('median_ms')} ms (host {stats.get('host_median_ms')} ms per "
-                      f"iteration); kernel side {stats.get('gpu_median_ms')} ms; {stats.get('iterations')} iterations",
-                      flush=True)
+                      f"iteration); kernel side {stats.get('gpu_median_ms')} ms; {stats.get('iterations')} iterations; "
+                      f"host CPUs {stats.get('host_cpus')} ({placement(result)})", flush=True)
         if medians:
             row = {"task": task.name, "kernel_ms": statistics.median(medians), "medians_ms": medians}
             if len(gpu_medians) == len(medians):

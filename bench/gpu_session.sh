@@ -41,6 +41,8 @@
 #                                      # without it and with medians known to 2%
 #   PART=20 bash bench/gpu_session.sh  # the hack GPU tests (their results kept), fidelity on gelu without the spin
 #                                      # (FIDELITY_VARIANTS) and with it, ncu
+#   PART=21 bash bench/gpu_session.sh  # the measure GPU tests, fidelity with the timing on the GPU's own
+#                                      # NUMA node's CPUs and without, throughput both ways (80 candidates)
 #   PART=6 bash bench/gpu_session.sh   # every suite task once (medians), ncu on all of them, throughput on
 #                                      # every GPU (the 2-GPU kind)
 set -uo pipefail
@@ -90,6 +92,10 @@ case "${PART:-all}" in
         "${VARIANTS:=spin nospin:KERNELARENA_TIMING_SPIN=0 settle2:KERNELARENA_SETTLE_WITHIN=0.02}" "${VARIANT_S:=120}" ;;
   20) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_S:=150}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" \
         "${FIDELITY_VARIANTS:=nospin:KERNELARENA_TIMING_SPIN=0}" "${FIDELITY_S:=130}" "${NCU_S:=40}" ;;
+  21) : "${TESTS:=tests/gpu_workers/test_measure.py}" "${TESTS_S:=60}" \
+        "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_VARIANTS:=local:KERNELARENA_TIMING_CPUS=gpu-local}" \
+        "${FIDELITY_S:=115}" "${NCU_S:=0}" "${VARIANTS:=default local:KERNELARENA_TIMING_CPUS=gpu-local}" \
+        "${VARIANT_S:=110}" ;;
   17) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${VARIANTS:=default}" "${VARIANT_S:=140}" \
         "${FIDELITY_S:=150}" "${NCU_S:=40}" ;;
   3) : "${COMPILE_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" "${TESTS_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${SUITE_S:=540}" ;;
@@ -99,7 +105,8 @@ export PYTHONUNBUFFERED=1 KERNELARENA_CACHE_DIR=${KERNELARENA_CACHE_DIR:-/tmp/ka
 GPUS=$(nvidia-smi -L | wc -l)
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
   python3 -c "import torch,sys;print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))"
-  nvcc --version | tail -1; echo "cores $(nproc), gpus $GPUS"; (ncu --version | tail -1) 2>&1; } > "$OUT/env.txt" 2>&1
+  nvcc --version | tail -1; echo "cores $(nproc), gpus $GPUS"; (ncu --version | tail -1) 2>&1
+  lscpu | grep -i -E "numa|socket|model name"; nvidia-smi topo -m; } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 step() {  # step NAME SECONDS COMMAND...: run, keep the log, print its tail
   local name=$1 secs=$2; shift 2

@@ -139,6 +139,7 @@ def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count
     """One batch of ``count`` distinct candidates through a pool of ``workers``; returns evaluations per
     minute, overall and after the first round (None when there is too little to say)."""
     from gpu_workers import EvalRequest
+    from gpu_workers.hardware import placement
     from gpu_workers.pool import LocalPool, RayPool
 
     requests = []
@@ -184,6 +185,10 @@ def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count
     kernel_stats = [r.timing_stats.get("kernel") or {} for r in results]
     iterations = sorted(int(k.get("iterations") or 0) for k in kernel_stats)
     spun = sum(1 for k in kernel_stats if k.get("host_waits") == "spin")
+    places: dict[str, list[float]] = {}  # the timing's host CPUs against the GPU's NUMA node: end-to-end medians
+    for r, k in zip(results, kernel_stats):
+        if k.get("median_ms"):
+            places.setdefault(placement(r), []).append(float(k["median_ms"]))
     e2e = sorted(float(k["median_ms"]) for k in kernel_stats if k.get("median_ms"))
     side = sorted(float(k["gpu_median_ms"]) for k in kernel_stats if k.get("gpu_median_ms"))
     compile_s = sorted((r.compile_ms or 0) / 1e3 for r in results if r.compile_ms)
@@ -197,7 +202,9 @@ def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count
           f"{iterations[len(iterations) // 2] if iterations else 0} ({spun} of {len(results)} spun while waiting on "
           f"the GPU); kernel medians over candidates: end to end "
           f"{e2e[len(e2e) // 2] if e2e else float('nan'):.4f} ms, kernel side "
-          f"{side[len(side) // 2] if side else float('nan'):.4f} ms", flush=True)
+          f"{side[len(side) // 2] if side else float('nan'):.4f} ms; timed on the GPU's NUMA node: "
+          + (", ".join(f"{where} {len(v)} (end to end {sorted(v)[len(v) // 2]:.4f} ms)" for where, v in sorted(places.items()))
+             or "no timings"), flush=True)
     print(f"{label}: {count} candidates in {elapsed:.1f} s = {rate:.1f}/min{steady_text} {dict(statuses)}; "
           f"median compile {median_compile:.1f} s; {occupancy or 'no GPU slot'}; CPU {cpu_per_eval:.1f} busy core-s "
           f"per evaluation (the whole machine's)", flush=True)

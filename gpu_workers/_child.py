@@ -167,7 +167,8 @@ def _prepare_torch(setup: dict[str, Any]) -> None:
 
 
 def _timing_switches(setup: dict[str, Any]) -> dict[str, Any]:
-    return {"settle_within": float(setup.get("settle_within", 0.01)), "spin_waits": bool(setup.get("spin_waits", True))}
+    return {"settle_within": float(setup.get("settle_within", 0.01)), "spin_waits": bool(setup.get("spin_waits", True)),
+            "cpus": [int(c) for c in setup.get("cpus") or ()] or None}
 
 
 def _fresh(values: list[Any], device) -> list[Any]:

@@ -56,10 +56,18 @@ def settle_within() -> float:
     return min(max(value, 0.0), 0.5)
 
 
-def timing_options() -> dict[str, Any]:
+def timing_options(hardware: dict[str, Any]) -> dict[str, Any]:
     """The operator's timing switches, handed to every child that times (reference and candidate):
-    ``settle_within`` and ``spin_waits`` (``KERNELARENA_TIMING_SPIN``, default on: see measure.SpinWaits)."""
-    return {"settle_within": settle_within(), "spin_waits": os.environ.get("KERNELARENA_TIMING_SPIN", "1") != "0"}
+    ``settle_within``, ``spin_waits`` (``KERNELARENA_TIMING_SPIN``, default on: see measure.SpinWaits)
+    and ``cpus``: with ``KERNELARENA_TIMING_CPUS=gpu-local`` the timing thread runs on the CPUs of the
+    GPU's own NUMA node while it times (where the machine has more than one node; default: anywhere)."""
+    options: dict[str, Any] = {"settle_within": settle_within(),
+                               "spin_waits": os.environ.get("KERNELARENA_TIMING_SPIN", "1") != "0"}
+    if os.environ.get("KERNELARENA_TIMING_CPUS", "") == "gpu-local":
+        local = set((hardware.get("gpu") or {}).get("local_cpus") or ()) & os.sched_getaffinity(0)
+        if local and local != os.sched_getaffinity(0):
+            options["cpus"] = sorted(local)
+    return options
 
 
 class Timeline:
@@ -112,7 +120,7 @@ def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | No
     setup = {"task_source": request.task_source, "profile": profile, "device": _device_string(request),
              "seeds": seeds, "baselines": wanted, "count_flops": flops_cached is None,
              "timing_budget_s": request.timing_budget_s, "max_iters": max_timed_iterations(request.device),
-             **timing_options(), "threads": threads_for(request)}
+             **timing_options(hardware), "threads": threads_for(request)}
     env = child_env(request, hardware, None, hide_gpu=False)
     child, reused = refpool.borrow(env, request.memory_limit_mb)
     setup["serve"] = refpool.enabled()  # after its done, the child waits for the next evaluation's setup
@@ -250,7 +258,7 @@ def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, 
         "seeds": {k: reference["seeds"][k] for k in ("trials", "rotations", "after")},
         "timing_budget_s": request.timing_budget_s,
         "max_iters": max_timed_iterations(request.device),
-        **timing_options(),
+        **timing_options(hardware),
         "threads": threads_for(request),
         "trace_ops": True,
         "poison_bytes": 2 * out_bytes,

@@ -50,8 +50,50 @@ p = torch.cuda.get_device_properties(idx)
 print(json.dumps({"name": torch.cuda.get_device_name(idx), "capability": f"{p.major}.{p.minor}",
   "l2_bytes": int(getattr(p, "L2_cache_size", 0)), "memory_bytes": int(p.total_memory),
   "sm_count": int(p.multi_processor_count), "torch": torch.__version__, "cuda": torch.version.cuda,
-  "uuid": str(getattr(p, "uuid", "") or "")}))
+  "uuid": str(getattr(p, "uuid", "") or ""),
+  "pci": "%04x:%02x:%02x.0" % (getattr(p, "pci_domain_id", 0), getattr(p, "pci_bus_id", 0), getattr(p, "pci_device_id", 0))
+         if hasattr(p, "pci_bus_id") else ""}))
 """
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """The kernel's CPU list format ("0-7,16-23") as numbers."""
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        low, _, high = part.partition("-")
+        cpus.extend(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+def gpu_host_side(pci: str) -> dict[str, Any]:
+    """The NUMA node and CPUs the GPU at PCI address ``pci`` hangs off (sysfs; empty where unknown).
+    A process timing on another node's CPUs reaches the GPU through the socket interconnect."""
+    if not pci:
+        return {}
+    folder = f"/sys/bus/pci/devices/{pci.lower()}"
+    facts: dict[str, Any] = {"pci": pci}
+    try:
+        with open(f"{folder}/numa_node", encoding="ascii") as handle:
+            facts["numa_node"] = int(handle.read().strip())
+        with open(f"{folder}/local_cpulist", encoding="ascii") as handle:
+            facts["local_cpus"] = parse_cpu_list(handle.read())
+    except (OSError, ValueError):
+        pass
+    return facts
+
+
+def placement(result: Any) -> str:
+    """Where an evaluation's kernel timing ran on the host, against the GPU's own NUMA node: "local",
+    "remote", "mixed" (it moved between nodes' CPUs) or "unknown" (no node facts)."""
+    local = set((result.hardware.get("gpu") or {}).get("local_cpus") or ())
+    cpus = set((result.timing_stats.get("kernel") or {}).get("host_cpus") or ())
+    if not local or not cpus or local >= set(range(os.cpu_count() or 1)):
+        return "unknown"
+    if cpus <= local:
+        return "local"
+    return "remote" if not cpus & local else "mixed"
 
 
 @functools.lru_cache(maxsize=16)
@@ -72,7 +114,7 @@ def hardware_info(device: str, gpu_index: int | None = None) -> dict[str, Any]:
         name = info["name"]
         cuda = info["cuda"] or "none"
         extra = {k: info[k] for k in ("capability", "l2_bytes", "memory_bytes", "sm_count")}
-        extra["gpu"] = {"index": gpu_index or 0, "uuid": info.get("uuid", "")}
+        extra["gpu"] = {"index": gpu_index or 0, "uuid": info.get("uuid", ""), **gpu_host_side(info.get("pci", ""))}
     else:
         name = _cpu_name()
         cuda = "none"

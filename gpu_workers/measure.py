@@ -33,6 +33,8 @@ _tensor_amax = torch.Tensor.amax
 _torch_equal = torch.equal
 _torch_empty = torch.empty
 _listdir = os.listdir
+_get_affinity = getattr(os, "sched_getaffinity", None)
+_set_affinity = getattr(os, "sched_setaffinity", None)
 _cuda_sync = torch.cuda.synchronize
 _Event = torch.cuda.Event
 _event_record = torch.cuda.Event.record
@@ -151,6 +153,40 @@ def child_pids() -> set[int]:
     except OSError:
         pass
     return pids
+
+
+class _TimingCpus:
+    """This thread runs on ``cpus`` while it times (the GPU's own NUMA node: KERNELARENA_TIMING_CPUS),
+    then on what it had; nothing when ``cpus`` is empty or cannot be had."""
+
+    def __init__(self, cpus: Sequence[int] | None):
+        self.cpus = set(cpus or ())
+        self._saved: set[int] | None = None
+
+    def __enter__(self) -> _TimingCpus:
+        if self.cpus and _get_affinity is not None and _set_affinity is not None:
+            try:
+                saved = _get_affinity(0)
+                if self.cpus & saved:
+                    _set_affinity(0, self.cpus & saved)
+                    self._saved = saved
+            except OSError:
+                self._saved = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._saved is not None and _set_affinity is not None:
+            _set_affinity(0, self._saved)
+            self._saved = None
+
+
+def host_cpu() -> int | None:
+    """The CPU this thread is running on now (/proc/thread-self/stat, field 39), or None."""
+    try:
+        with open("/proc/thread-self/stat", encoding="ascii") as handle:
+            return int(handle.read().rsplit(")", 1)[1].split()[36])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 # ---- devices -------------------------------------------------------------------------------
@@ -374,6 +410,7 @@ def time_callable(
     warmup_inputs: Sequence[Any] | None = None,
     gpu_only_iters: int = 30,
     spin_waits: bool = True,
+    cpus: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """Median time of ``fn(*buffers)`` with the buffers' values rotated between iterations.
 
@@ -405,10 +442,11 @@ def time_callable(
     synchronize(device)
 
     waits = SpinWaits(device, enabled=spin_waits)
-    with waits:
+    with waits, _TimingCpus(cpus):
         times: list[float] = []
         host_times: list[float] = []
         kept: dict[int, list[Any]] = {}
+        cpus = {host_cpu()}  # where the host side of the timing ran (seen between iterations)
         started = _perf_counter()
         iteration = 0
         while True:
@@ -438,6 +476,8 @@ def time_callable(
             elapsed = _perf_counter() - started
             if iteration >= max_iters:
                 break
+            if iteration % SETTLE_EVERY == 0:
+                cpus.add(host_cpu())
             if iteration >= max(min_iters, len(rotations)):
                 if elapsed >= budget_s:
                     break
@@ -464,6 +504,7 @@ def time_callable(
         "spread": _spread(times) if len(times) >= 4 else None,
         "iterations": len(times),
         "host_waits": waits.mode,  # "spin": the synchronise busy-waited (SpinWaits)
+        "host_cpus": sorted(c for c in cpus | {host_cpu()} if c is not None),
         "total_ms": sum(times),
         "kept_outputs": [kept[r] for r in sorted(kept)],  # on the device: the caller moves them
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -83,6 +84,7 @@ def test_spin_waits_change_nothing_off_cuda():
     stats = measure.time_callable(torch.neg, [torch.randn(8)], [[torch.randn(8)]], torch.device("cpu"),
                                   budget_s=0.05, max_iters=10)
     assert stats["host_waits"] == "default"
+    assert stats["host_cpus"] and set(stats["host_cpus"]) <= os.sched_getaffinity(0)  # where the timing ran
 
 
 @pytest.mark.gpu
@@ -103,3 +105,28 @@ def test_a_cuda_timing_spins_while_it_waits_and_gives_the_context_its_flags_back
     stats = measure.time_callable(torch.neg, [x], [[torch.randn_like(x)]], device, budget_s=0.05, max_iters=50,
                                   spin_waits=False)  # KERNELARENA_TIMING_SPIN=0
     assert stats["host_waits"] == "default" and measure.context_sched_flags() == before
+
+
+def test_a_timing_can_be_held_to_some_cpus_and_gets_its_own_back():
+    mine = os.sched_getaffinity(0)
+    one = min(mine)
+    stats = measure.time_callable(torch.neg, [torch.randn(8)], [[torch.randn(8)]], torch.device("cpu"),
+                                  budget_s=0.05, max_iters=60, cpus=[one])
+    assert stats["host_cpus"] == [one]
+    assert os.sched_getaffinity(0) == mine
+
+
+def test_timings_move_to_the_gpus_node_only_when_asked_and_only_where_there_is_another(monkeypatch):
+    from gpu_workers.evaluator import timing_options
+
+    mine = sorted(os.sched_getaffinity(0))
+    some = {"gpu": {"local_cpus": mine[:1]}}
+    monkeypatch.delenv("KERNELARENA_TIMING_CPUS", raising=False)
+    assert "cpus" not in timing_options(some) and timing_options(some)["spin_waits"] is True
+    monkeypatch.setenv("KERNELARENA_TIMING_CPUS", "gpu-local")
+    if len(mine) > 1:
+        assert timing_options(some)["cpus"] == mine[:1]
+    assert "cpus" not in timing_options({"gpu": {"local_cpus": mine}})  # one node: nowhere better to go
+    assert "cpus" not in timing_options({"device": "cpu"})
+    monkeypatch.setenv("KERNELARENA_TIMING_SPIN", "0")
+    assert timing_options({})["spin_waits"] is False
