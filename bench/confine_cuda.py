@@ -40,8 +40,8 @@ try:
     pinned = torch.empty(1 << 20, pin_memory=True); pinned.copy_(x.cpu()); steps.append("pinned")
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record(); torch.cuda._sleep(1000); b.record(); b.synchronize(); a.elapsed_time(b); steps.append("events")
-    from gpu_workers import measure
-    with measure.SpinWaits(torch.device("cuda")) as waits:
+    from gpu_workers import timinghost
+    with timinghost.SpinWaits(torch.device("cuda")) as waits:
         torch.cuda.synchronize()
     steps.append(f"waits={waits.mode}")
     print(json.dumps({"ok": True, "steps": steps}))

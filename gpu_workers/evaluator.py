@@ -58,7 +58,7 @@ def settle_within() -> float:
 
 def timing_options(hardware: dict[str, Any]) -> dict[str, Any]:
     """The operator's timing switches, handed to every child that times (reference and candidate):
-    ``settle_within``, ``spin_waits`` (``KERNELARENA_TIMING_SPIN``, default on: see measure.SpinWaits)
+    ``settle_within``, ``spin_waits`` (``KERNELARENA_TIMING_SPIN``, default on: see timinghost.SpinWaits)
     and ``cpus``: with ``KERNELARENA_TIMING_CPUS=gpu-local`` the timing thread runs on the CPUs of the
     GPU's own NUMA node while it times (where the machine has more than one node; default: anywhere)."""
     options: dict[str, Any] = {"settle_within": settle_within(),

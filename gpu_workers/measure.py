@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from .timinghost import SpinWaits, TimingCpus, host_cpu
+
 # ---- functions bound before candidate import ----------------------------------------------
 _perf_counter = time.perf_counter
 _sleep = time.sleep
@@ -33,23 +35,12 @@ _tensor_amax = torch.Tensor.amax
 _torch_equal = torch.equal
 _torch_empty = torch.empty
 _listdir = os.listdir
-_get_affinity = getattr(os, "sched_getaffinity", None)
-_set_affinity = getattr(os, "sched_setaffinity", None)
 _cuda_sync = torch.cuda.synchronize
 _Event = torch.cuda.Event
 _event_record = torch.cuda.Event.record
 _event_sync = torch.cuda.Event.synchronize
 _event_elapsed = torch.cuda.Event.elapsed_time
 _cuda_spin = getattr(torch.cuda, "_sleep", None)
-try:  # the CUDA driver, for how this process waits on the GPU while it times (SpinWaits)
-    import ctypes
-
-    _driver = ctypes.CDLL("libcuda.so.1")
-    _ctx_get_flags, _ctx_set_flags = _driver.cuCtxGetFlags, _driver.cuCtxSetFlags  # CUDA 12.1 and later
-    _c_uint, _byref = ctypes.c_uint, ctypes.byref
-except (OSError, AttributeError):
-    _ctx_get_flags = _ctx_set_flags = None
-CU_CTX_SCHED_MASK, CU_CTX_SCHED_SPIN = 0x07, 0x01
 CYCLES_PER_MS = 2_000_000  # GPU clock cycles in a millisecond (about 2 GHz)
 SPIN_CYCLES = CYCLES_PER_MS  # the longest spin before a kernel-side timing (~1 ms)
 MIN_SPIN_CYCLES = CYCLES_PER_MS // 10  # the shortest (~0.1 ms)
@@ -155,40 +146,6 @@ def child_pids() -> set[int]:
     return pids
 
 
-class _TimingCpus:
-    """This thread runs on ``cpus`` while it times (the GPU's own NUMA node: KERNELARENA_TIMING_CPUS),
-    then on what it had; nothing when ``cpus`` is empty or cannot be had."""
-
-    def __init__(self, cpus: Sequence[int] | None):
-        self.cpus = set(cpus or ())
-        self._saved: set[int] | None = None
-
-    def __enter__(self) -> _TimingCpus:
-        if self.cpus and _get_affinity is not None and _set_affinity is not None:
-            try:
-                saved = _get_affinity(0)
-                if self.cpus & saved:
-                    _set_affinity(0, self.cpus & saved)
-                    self._saved = saved
-            except OSError:
-                self._saved = None
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._saved is not None and _set_affinity is not None:
-            _set_affinity(0, self._saved)
-            self._saved = None
-
-
-def host_cpu() -> int | None:
-    """The CPU this thread is running on now (/proc/thread-self/stat, field 39), or None."""
-    try:
-        with open("/proc/thread-self/stat", encoding="ascii") as handle:
-            return int(handle.read().rsplit(")", 1)[1].split()[36])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 # ---- devices -------------------------------------------------------------------------------
 def synchronize(device: torch.device) -> None:
     """Device-wide: waits for every stream, so side-stream work is inside the measurement."""
@@ -239,44 +196,6 @@ class L2Flusher:
         if self.buffer is not None:
             _tensor_zero(self.buffer)
             _tensor_amax(self.buffer)  # the write-backs happen here, outside the timing
-
-
-class SpinWaits:
-    """While timing on CUDA, this process's context spins while it waits on the GPU instead of
-    yielding its core (CUDA's default once contexts outnumber cores, as with many evaluations at
-    once): a device-wide synchronize then returns within a microsecond of the GPU going idle, not
-    whenever the scheduler gives the core back, which is what made end-to-end medians of short
-    kernels wander under host load. The context's own flags are restored afterwards. Without the
-    driver's ``cuCtxSetFlags`` (before CUDA 12.1) it changes nothing; ``mode`` says which."""
-
-    def __init__(self, device: torch.device, enabled: bool = True):
-        self.device = device
-        self.enabled = enabled
-        self.mode = "default"
-        self._saved: int | None = None
-
-    def __enter__(self) -> SpinWaits:
-        if not self.enabled or self.device.type != "cuda" or _ctx_set_flags is None:
-            return self
-        flags = _c_uint(0)
-        if _ctx_get_flags(_byref(flags)) != 0:
-            return self
-        if _ctx_set_flags(_c_uint((flags.value & ~CU_CTX_SCHED_MASK) | CU_CTX_SCHED_SPIN)) == 0:
-            self._saved, self.mode = flags.value, "spin"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._saved is not None:
-            _ctx_set_flags(_c_uint(self._saved))
-            self._saved = None
-
-
-def context_sched_flags() -> int | None:
-    """The current CUDA context's scheduling flags (CU_CTX_SCHED_*), or None without a driver/context."""
-    if _ctx_get_flags is None:
-        return None
-    flags = _c_uint(0)
-    return flags.value & CU_CTX_SCHED_MASK if _ctx_get_flags(_byref(flags)) == 0 else None
 
 
 # ---- outputs -------------------------------------------------------------------------------
@@ -442,11 +361,11 @@ def time_callable(
     synchronize(device)
 
     waits = SpinWaits(device, enabled=spin_waits)
-    with waits, _TimingCpus(cpus):
+    with waits, TimingCpus(cpus):
         times: list[float] = []
         host_times: list[float] = []
         kept: dict[int, list[Any]] = {}
-        cpus = {host_cpu()}  # where the host side of the timing ran (seen between iterations)
+        seen_cpus = {host_cpu()}  # where the host side of the timing ran (seen between iterations)
         started = _perf_counter()
         iteration = 0
         while True:
@@ -477,7 +396,7 @@ def time_callable(
             if iteration >= max_iters:
                 break
             if iteration % SETTLE_EVERY == 0:
-                cpus.add(host_cpu())
+                seen_cpus.add(host_cpu())
             if iteration >= max(min_iters, len(rotations)):
                 if elapsed >= budget_s:
                     break
@@ -504,7 +423,7 @@ def time_callable(
         "spread": _spread(times) if len(times) >= 4 else None,
         "iterations": len(times),
         "host_waits": waits.mode,  # "spin": the synchronise busy-waited (SpinWaits)
-        "host_cpus": sorted(c for c in cpus | {host_cpu()} if c is not None),
+        "host_cpus": sorted(c for c in seen_cpus | {host_cpu()} if c is not None),
         "total_ms": sum(times),
         "kept_outputs": [kept[r] for r in sorted(kept)],  # on the device: the caller moves them
     }

@@ -10,13 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpu_workers import measure
+from gpu_workers import measure, timinghost
 
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = r'''
 import sys
-import pytest
 import torch
 from gpu_workers import measure
 assert "torch._dynamo" not in sys.modules, "measure must not import dynamo (a second or two per child)"
@@ -79,7 +78,7 @@ def test_how_precisely_a_median_must_be_known_is_the_operators_choice_within_bou
 
 
 def test_spin_waits_change_nothing_off_cuda():
-    with measure.SpinWaits(torch.device("cpu")) as waits:
+    with timinghost.SpinWaits(torch.device("cpu")) as waits:
         assert waits.mode == "default"
     stats = measure.time_callable(torch.neg, [torch.randn(8)], [[torch.randn(8)]], torch.device("cpu"),
                                   budget_s=0.05, max_iters=10)
@@ -93,18 +92,18 @@ def test_a_cuda_timing_spins_while_it_waits_and_gives_the_context_its_flags_back
     device = torch.device("cuda")
     x = torch.randn(1 << 20, device=device)
     torch.cuda.synchronize()
-    before = measure.context_sched_flags()
+    before = timinghost.context_sched_flags()
     assert before is not None  # a driver and a current context
-    with measure.SpinWaits(device) as waits:
+    with timinghost.SpinWaits(device) as waits:
         assert waits.mode == "spin"
-        assert measure.context_sched_flags() == measure.CU_CTX_SCHED_SPIN
+        assert timinghost.context_sched_flags() == timinghost.CU_CTX_SCHED_SPIN
         torch.cuda.synchronize()
-    assert measure.context_sched_flags() == before
+    assert timinghost.context_sched_flags() == before
     stats = measure.time_callable(torch.neg, [x], [[torch.randn_like(x)]], device, budget_s=0.05, max_iters=50)
-    assert stats["host_waits"] == "spin" and measure.context_sched_flags() == before
+    assert stats["host_waits"] == "spin" and timinghost.context_sched_flags() == before
     stats = measure.time_callable(torch.neg, [x], [[torch.randn_like(x)]], device, budget_s=0.05, max_iters=50,
                                   spin_waits=False)  # KERNELARENA_TIMING_SPIN=0
-    assert stats["host_waits"] == "default" and measure.context_sched_flags() == before
+    assert stats["host_waits"] == "default" and timinghost.context_sched_flags() == before
 
 
 def test_a_timing_can_be_held_to_some_cpus_and_gets_its_own_back():
