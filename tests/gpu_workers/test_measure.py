@@ -1,4 +1,5 @@
-"""The judge's snapshot of the functions it relies on, taken without importing torch._dynamo."""
+"""The judge's measurement primitives: its snapshot of the functions it relies on (taken without importing
+torch._dynamo), when a timing stops, and the timing's host side (spin waits, CPUs)."""
 
 from __future__ import annotations
 
