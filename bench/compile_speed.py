@@ -84,16 +84,39 @@ class ModelNew(nn.Module):
 '''
 
 RUN_ONCE = r"""
-import sys, torch, types
-source = open(sys.argv[1]).read()
+import json, sys, time, torch, types
+source_path, device, out, path = sys.argv[1:5]
+if path == "ours":  # load what our compile phase built, as a candidate child does (light, split or plain)
+    sys.path.insert(0, sys.argv[5])
+    from gpu_workers import fastbuild
+    assert fastbuild.install(), "our load_inline could not be installed"
 module = types.ModuleType("candidate")
-exec(compile(source, "candidate", "exec"), module.__dict__)
-device = sys.argv[2]
+exec(compile(open(source_path).read(), "candidate", "exec"), module.__dict__)
 g = torch.Generator().manual_seed(1234)
 x = torch.randn(1 << 16, generator=g).to(device)
-y = module.ModelNew()(x).cpu()
-torch.save(y, sys.argv[3])
+model = module.ModelNew()
+y = model(x).cpu()
+torch.save(y, out)
+small = torch.randn(256, generator=g).to(device)  # the host's cost of one forward call, kernel negligible
+for _ in range(200):
+    model(small)
+calls = []
+for _ in range(7):
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(1000):
+        model(small)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    calls.append((time.perf_counter() - t0) / 1000 * 1e6)
+print(json.dumps({"call_us": sorted(calls)[len(calls) // 2]}))
 """
+
+
+def _call_us(done: subprocess.CompletedProcess) -> float:
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    return float(json.loads(lines[-1])["call_us"]) if lines else float("nan")
 
 
 def candidate(device: str, index: int, tag: str) -> str:
@@ -102,13 +125,15 @@ def candidate(device: str, index: int, tag: str) -> str:
     return template.replace("SCALE", scale).replace("NAME", f"bench_{tag}_{device}_{index}_{os.getpid()}")
 
 
-def plain_build(source_path: Path, device: str, ext_dir: Path, out: Path) -> float:
+def plain_build(source_path: Path, device: str, ext_dir: Path, out: Path) -> tuple[float, float]:
+    """Seconds to build and load with torch's own load_inline in a fresh process, and its forward's
+    host cost per call (µs)."""
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(ext_dir)}
     env.pop("CPATH", None)
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", RUN_ONCE, str(source_path), device, str(out)], env=env, check=True,
-                   capture_output=True)
-    return time.perf_counter() - started
+    done = subprocess.run([sys.executable, "-c", RUN_ONCE, str(source_path), device, str(out), "plain"], env=env,
+                          check=True, capture_output=True, text=True)
+    return time.perf_counter() - started, _call_us(done)
 
 
 def ours_build(source: str, device: str, hardware: dict, show_log: bool = False) -> tuple[float, object]:
@@ -129,12 +154,17 @@ def ours_build(source: str, device: str, hardware: dict, show_log: bool = False)
     return elapsed, build
 
 
-def run_built(source_path: Path, device: str, build, out: Path) -> None:
+def run_built(source_path: Path, device: str, build, out: Path) -> tuple[float, float]:
+    """Load our build of the source in a fresh process, as the candidate child does (our load_inline
+    finds the build made by the compile phase; nothing is compiled again), run it, and time its
+    forward's host cost per call (µs). Returns (seconds, µs per call)."""
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(build.ext_dir)}
     if build.pch is not None:
         env["CPATH"] = str(build.pch)
-    subprocess.run([sys.executable, "-c", RUN_ONCE, str(source_path), device, str(out)], env=env, check=True,
-                   capture_output=True)
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", RUN_ONCE, str(source_path), device, str(out), "ours", str(ROOT)],
+                          env=env, check=True, capture_output=True, text=True)
+    return time.perf_counter() - started, _call_us(done)
 
 
 def build_path(folder: Path) -> str:
@@ -190,20 +220,25 @@ def main() -> int:
     print(f"one-time light-build bridge and a first build: {time.perf_counter() - started:.1f} s")
 
     plain_times, our_times, identical = [], [], True
+    calls: list[tuple[float, float]] = []  # µs per forward call: (load_inline's build, ours)
     for index in range(1, args.candidates + 1):
         src_plain = work / f"plain_{index}.py"
         src_ours = work / f"ours_{index}.py"
         # Same kernel code, different extension names (so neither reuses the other's build).
         src_plain.write_text(candidate(args.device, index, "plain"))
         src_ours.write_text(candidate(args.device, index, "ours"))
-        t_plain = plain_build(src_plain, args.device, work / f"plain_ext_{index}", work / f"plain_{index}.pt")
+        t_plain, call_plain = plain_build(src_plain, args.device, work / f"plain_ext_{index}",
+                                          work / f"plain_{index}.pt")
         t_ours, built = ours_build(src_ours.read_text(), args.device, hardware, show_log=True)
-        run_built(src_ours, args.device, built, work / f"ours_{index}.pt")
+        t_load, call_ours = run_built(src_ours, args.device, built, work / f"ours_{index}.pt")
         same = torch.equal(torch.load(work / f"plain_{index}.pt"), torch.load(work / f"ours_{index}.pt"))
         identical &= same
         plain_times.append(t_plain)
         our_times.append(t_ours)
-        print(f"candidate {index}: load_inline {t_plain:.1f} s, ours {t_ours:.1f} s, outputs identical: {same}")
+        calls.append((call_plain, call_ours))
+        print(f"candidate {index}: load_inline {t_plain:.1f} s, ours {t_ours:.1f} s (then loaded in a fresh process "
+              f"in {t_load:.1f} s), outputs identical: {same}; host cost of a forward call: load_inline "
+              f"{call_plain:.1f} µs, ours {call_ours:.1f} µs")
         for label, folder in (("load_inline", work / f"plain_ext_{index}"), ("ours", built.ext_dir)):
             steps = ninja_steps(folder)
             print(f"  {label} steps: " + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(steps.items())))
@@ -217,9 +252,14 @@ def main() -> int:
     print(f"median cold compile-and-load: load_inline {plain_med:.1f} s ({len(plain_times)} candidates), "
           f"ours {ours_med:.2f} s ({len(our_times)} candidates, worst {max(our_times):.2f} s)")
     print(f"outputs identical on every candidate: {identical}")
+    if calls:
+        plain_call, our_call = (statistics.median(c[i] for c in calls) for i in (0, 1))
+        print(f"host cost of one forward call (median): load_inline's build {plain_call:.1f} µs, ours "
+              f"{our_call:.1f} µs ({our_call / plain_call:.2f}x): what the end-to-end timing adds per call")
     if args.json:
         Path(args.json).write_text(json.dumps({"device": args.device, "hardware": hardware, "load_inline_s": plain_times,
-                                               "ours_s": our_times, "identical": identical}, indent=2))
+                                               "ours_s": our_times, "identical": identical,
+                                               "call_us": calls}, indent=2))
     shutil.rmtree(work, ignore_errors=True)
     print(f"compile speedup vs load_inline: {plain_med / ours_med:.1f}x")
     return 0 if identical else 1

@@ -123,6 +123,15 @@ def test_a_cpp_extension_builds_light_and_computes_what_pytorch_computes(lite_lo
     assert ext.scaled_relu.__doc__.strip().endswith("scaled relu")
 
 
+def test_the_bridge_every_light_call_goes_through_is_built_optimised(lite_load_inline):
+    # torch's load_inline adds no -O of its own; at -O0 the bridge cost ~25 µs more per call that
+    # allocates a tensor (bench/compile_speed.py prints the host cost of a forward call either way)
+    bridge = litebuild.bridge_module(False)
+    ninja = (Path(bridge.__file__).parent / "build.ninja").read_text()
+    cflags = next(line for line in ninja.splitlines() if line.startswith("cflags ="))
+    assert "-O3" in cflags.split(), cflags
+
+
 def test_light_builds_report_errors_as_the_plain_binding_does(lite_load_inline):
     ext = lite_load_inline(name=_unique("lite_errors"), cpp_sources=API_TOUR)
     x = torch.randn(8)
