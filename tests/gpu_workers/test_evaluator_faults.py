@@ -138,13 +138,16 @@ def test_memory_bomb_is_stopped_by_the_limit(fault_results):
     assert "forward" in result.message or "memory limit" in result.message, result.message
 
 
-def test_the_compile_child_runs_below_the_rest_of_the_evaluation(monkeypatch):
+def test_the_compile_child_runs_below_the_rest_of_the_evaluation_and_children_inherit_a_frozen_heap(monkeypatch):
     monkeypatch.setenv("KERNELARENA_COMPILE_NICE", "7")
-    result = evaluate(_request("reports_niceness.py", trials=2, timing_budget_s=0.05))
+    result = evaluate(_request("reports_process.py", trials=2, timing_budget_s=0.05))
     assert result.status == "passed", result.message
     base = os.getpriority(os.PRIO_PROCESS, 0)
     assert f"module run at niceness {min(base + 7, 19)}" in result.compile_log  # and the compilers it starts
     assert f"module run at niceness {base}" in result.run_log  # the candidate child, which times, is not lowered
+    if zygote.enabled():  # what the zygote imported is frozen: a child's collections never walk (or copy) it
+        frozen = [int(line.rsplit(" ", 1)[1]) for line in result.run_log.splitlines() if "frozen objects:" in line]
+        assert frozen and frozen[0] > 10_000, result.run_log[-2000:]
 
 
 def test_syntax_error_is_a_compile_error_with_the_line():
