@@ -41,8 +41,8 @@
 #                                      # without it and with medians known to 2%
 #   PART=20 bash bench/gpu_session.sh  # the hack GPU tests (their results kept), fidelity on gelu without the spin
 #                                      # (FIDELITY_VARIANTS) and with it, ncu
-#   PART=21 bash bench/gpu_session.sh  # the measure GPU tests, fidelity with the timing on the GPU's own
-#                                      # NUMA node's CPUs and without, throughput both ways (80 candidates)
+#   PART=21 bash bench/gpu_session.sh  # the measure and hack GPU tests, fidelity with the timing on the GPU's own
+#                                      # NUMA node's CPUs and without, throughput both ways (64 candidates)
 #   PART=6 bash bench/gpu_session.sh   # every suite task once (medians), ncu on all of them, throughput on
 #                                      # every GPU (the 2-GPU kind)
 set -uo pipefail
@@ -92,10 +92,10 @@ case "${PART:-all}" in
         "${VARIANTS:=spin nospin:KERNELARENA_TIMING_SPIN=0 settle2:KERNELARENA_SETTLE_WITHIN=0.02}" "${VARIANT_S:=120}" ;;
   20) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_S:=150}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" \
         "${FIDELITY_VARIANTS:=nospin:KERNELARENA_TIMING_SPIN=0}" "${FIDELITY_S:=130}" "${NCU_S:=40}" ;;
-  21) : "${TESTS:=tests/gpu_workers/test_measure.py}" "${TESTS_S:=60}" \
+  21) : "${TESTS:=tests/gpu_workers/test_measure.py tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_S:=130}" \
         "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_VARIANTS:=local:KERNELARENA_TIMING_CPUS=gpu-local}" \
         "${FIDELITY_S:=115}" "${NCU_S:=0}" "${VARIANTS:=default local:KERNELARENA_TIMING_CPUS=gpu-local}" \
-        "${VARIANT_S:=110}" ;;
+        "${VARIANT_N:=64}" "${VARIANT_S:=95}" ;;
   17) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${VARIANTS:=default}" "${VARIANT_S:=140}" \
         "${FIDELITY_S:=150}" "${NCU_S:=40}" ;;
   3) : "${COMPILE_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" "${TESTS_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${SUITE_S:=540}" ;;
