@@ -64,8 +64,9 @@ def timing_options(hardware: dict[str, Any]) -> dict[str, Any]:
     options: dict[str, Any] = {"settle_within": settle_within(),
                                "spin_waits": os.environ.get("KERNELARENA_TIMING_SPIN", "1") != "0"}
     if os.environ.get("KERNELARENA_TIMING_CPUS", "") == "gpu-local":
-        local = set((hardware.get("gpu") or {}).get("local_cpus") or ()) & os.sched_getaffinity(0)
-        if local and local != os.sched_getaffinity(0):
+        mine = os.sched_getaffinity(0)
+        local = set((hardware.get("gpu") or {}).get("local_cpus") or ()) & mine
+        if local and local != mine:
             options["cpus"] = sorted(local)
     return options
 
