@@ -23,9 +23,9 @@ def _evaluate_all(device: str):
                     device=device, track="strict", task_name=t.name, baselines=("eager",), timing_budget_s=0.2)
         for t in TASKS
     ]
-    # One at a time on the CPU: the CPU timings share the host's two cores with whatever else runs, and
-    # a second evaluation's compile beside an eager baseline's timing once inflated it 1.8× (1.23 vs
-    # 0.68 ms), which put the honest scale_residual_add kernel (~6× faster than eager there) past the
+    # One at a time on the CPU: CPU timings share the host's two cores with whatever else runs. With a
+    # second evaluation beside it, an eager baseline once came out at 1.8× its time at rest (1.23 vs
+    # 0.68 ms), which put the honest scale_residual_add kernel (~6× faster than eager here) past the
     # 10× review line. On a GPU each timing has the device to itself.
     with LocalPool(workers=1 if device == "cpu" else 2) as pool:
         return dict(zip([t.name for t in TASKS], pool.map(requests)))
