@@ -43,6 +43,8 @@
 #                                      # (FIDELITY_VARIANTS) and with it, ncu
 #   PART=21 bash bench/gpu_session.sh  # the measure and hack GPU tests, fidelity with the timing on the GPU's own
 #                                      # NUMA node's CPUs and without, throughput both ways (64 candidates)
+#   PART=22 bash bench/gpu_session.sh  # the measure, hack and fault GPU tests, fidelity on gelu (with each
+#                                      # evaluation's empty-iteration time), ncu, throughput (80 candidates)
 #   PART=6 bash bench/gpu_session.sh   # every suite task once (medians), ncu on all of them, throughput on
 #                                      # every GPU (the 2-GPU kind)
 set -uo pipefail
@@ -96,6 +98,9 @@ case "${PART:-all}" in
         "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_VARIANTS:=local:KERNELARENA_TIMING_CPUS=gpu-local}" \
         "${FIDELITY_S:=115}" "${NCU_S:=0}" "${VARIANTS:=default local:KERNELARENA_TIMING_CPUS=gpu-local}" \
         "${VARIANT_N:=64}" "${VARIANT_S:=95}" ;;
+  22) : "${TESTS:=tests/gpu_workers/test_measure.py tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_gpu_faults.py}" \
+        "${TESTS_S:=190}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_S:=130}" "${NCU_S:=40}" \
+        "${VARIANTS:=default}" "${VARIANT_S:=140}" ;;
   17) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${VARIANTS:=default}" "${VARIANT_S:=140}" \
         "${FIDELITY_S:=150}" "${NCU_S:=40}" ;;
   3) : "${COMPILE_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" "${TESTS_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${SUITE_S:=540}" ;;

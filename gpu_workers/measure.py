@@ -47,6 +47,7 @@ MIN_SPIN_CYCLES = CYCLES_PER_MS // 10  # the shortest (~0.1 ms)
 SETTLE_MIN_ITERS = 100  # a median's confidence interval is read from this many timed iterations on
 SETTLE_EVERY = 25  # ... every this many
 EVENT_RESOLUTION_MS = 0.001  # a median known to ±1 µs is known (CUDA events resolve ~0.5 µs)
+ROUND_TRIP_EVERY = 4  # an empty iteration (round_trip_ms) after every this many timed ones, on CUDA
 
 # Attributes whose replacement is a measurement hack, wherever the candidate does it.
 _WATCHED: tuple[tuple[Any, str], ...] = tuple(
@@ -286,6 +287,22 @@ def spin_cycles(host_median_ms: float) -> int:
     return int(min(SPIN_CYCLES, max(MIN_SPIN_CYCLES, 1.5 * host_median_ms * CYCLES_PER_MS)))
 
 
+def _round_trip(device: torch.device) -> float:
+    """One timed iteration with an empty launch in place of the forward: the same events, the same
+    device-wide synchronise. What it takes is this process's own cost of the procedure (the host's
+    launch, its wake-up from the synchronise, the end event's record), which varies from process to
+    process by tens of microseconds while the work timed does not."""
+    synchronize(device)
+    start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+    _event_record(start)
+    if _cuda_spin is not None:
+        _cuda_spin(1)
+    synchronize(device)
+    _event_record(end)
+    _event_sync(end)
+    return float(_event_elapsed(start, end))
+
+
 def _gpu_only_times(fn, buffers, rotations, device, load, flusher, iterations: int,
                     cycles: int = SPIN_CYCLES) -> list[float]:
     """Kernel-side times: a spin kernel keeps the GPU busy while the host queues the start event and
@@ -364,6 +381,7 @@ def time_callable(
     with waits, TimingCpus(cpus):
         times: list[float] = []
         host_times: list[float] = []
+        round_trips: list[float] = []
         kept: dict[int, list[Any]] = {}
         seen_cpus = {host_cpu()}  # where the host side of the timing ran (seen between iterations)
         started = _perf_counter()
@@ -392,6 +410,8 @@ def time_callable(
             kept[r] = snapshot(out)  # a device clone; moved to the CPU once, after the loop
             del out
             iteration += 1
+            if device.type == "cuda" and iteration % ROUND_TRIP_EVERY == 0:
+                round_trips.append(_round_trip(device))
             elapsed = _perf_counter() - started
             if iteration >= max_iters:
                 break
@@ -408,6 +428,8 @@ def time_callable(
                                     spin_cycles(statistics.median(host_times))) if device.type == "cuda" else []
     first = times[: len(rotations)]
     repeats = times[len(rotations):]
+    median = statistics.median(times)
+    round_trip = statistics.median(round_trips) if round_trips else None
     return {
         # the current stream's kernel time with the host's launch latency hidden (see _gpu_only_times):
         # what Nsight Compute's gpu__time_duration sees; median_ms, which the reward uses, is end to end
@@ -416,7 +438,13 @@ def time_callable(
         "first_sight_median_ms": statistics.median(first),
         "first_sight_min_ms": min(first),
         "repeat_median_ms": statistics.median(repeats) if repeats else None,
-        "median_ms": statistics.median(times),
+        "median_ms": median,
+        # the empty iteration's median, timed between the forward's own in this process, and the
+        # forward's median beyond it (never below the kernel side)
+        "round_trip_ms": round_trip,
+        "round_trip_iterations": len(round_trips),
+        "net_median_ms": (max(median - round_trip, statistics.median(gpu_times) if gpu_times else 0.0)
+                          if round_trip is not None else None),
         "host_median_ms": statistics.median(host_times),
         "min_ms": min(times),
         "max_ms": max(times),

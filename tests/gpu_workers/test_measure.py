@@ -107,6 +107,18 @@ def test_a_cuda_timing_spins_while_it_waits_and_gives_the_context_its_flags_back
     assert stats["host_waits"] == "default" and timinghost.context_sched_flags() == before
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_cuda_timing_measures_its_own_empty_iteration_and_the_forward_beyond_it():
+    device = torch.device("cuda")
+    x = torch.randn(1 << 24, device=device)  # 64 MB each way: tens of microseconds of real work
+    stats = measure.time_callable(torch.neg, [x], [[torch.randn_like(x)]], device, budget_s=0.2, max_iters=200)
+    assert stats["round_trip_iterations"] == stats["iterations"] // measure.ROUND_TRIP_EVERY > 0
+    assert 0 < stats["round_trip_ms"] < stats["median_ms"]
+    # what is left once the empty iteration is taken off still holds the kernel's own time
+    assert stats["gpu_median_ms"] <= stats["net_median_ms"] < stats["median_ms"], stats
+
+
 def test_a_timing_can_be_held_to_some_cpus_and_gets_its_own_back():
     mine = os.sched_getaffinity(0)
     one = min(mine)
