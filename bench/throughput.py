@@ -189,10 +189,11 @@ def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count
     for r, k in zip(results, kernel_stats):
         if k.get("median_ms"):
             places.setdefault(placement(r), []).append(float(k["median_ms"]))
-    e2e = sorted(float(k["median_ms"]) for k in kernel_stats if k.get("median_ms"))
-    side = sorted(float(k["gpu_median_ms"]) for k in kernel_stats if k.get("gpu_median_ms"))
-    net = sorted(float(k["net_median_ms"]) for k in kernel_stats if k.get("net_median_ms"))
-    trip = sorted(float(k["round_trip_ms"]) for k in kernel_stats if k.get("round_trip_ms"))
+    def middle(key: str) -> str:  # the median over candidates of one timing figure
+        values = sorted(float(k[key]) for k in kernel_stats if k.get(key))
+        return f"{values[len(values) // 2]:.4f}" if values else "nan"
+
+    timed = Counter(k.get("timed", "?") for k in kernel_stats)
     compile_s = sorted((r.compile_ms or 0) / 1e3 for r in results if r.compile_ms)
     median_compile = compile_s[len(compile_s) // 2] if compile_s else 0.0
     occupancy = ", ".join(f"GPU {str(g)[:12]}: held {held / elapsed:.0%} of the wall time (over 100%: work overlapped), "
@@ -202,12 +203,10 @@ def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count
     print(f"  where an evaluation's time went (median seconds from its start; {_pauses(results)}): "
           f"{_timeline_medians(results)}; timed iterations per candidate: median "
           f"{iterations[len(iterations) // 2] if iterations else 0} ({spun} of {len(results)} spun while waiting on "
-          f"the GPU); kernel medians over candidates: end to end "
-          f"{e2e[len(e2e) // 2] if e2e else float('nan'):.4f} ms (an empty iteration "
-          f"{trip[len(trip) // 2] if trip else float('nan'):.4f} ms, net {net[len(net) // 2] if net else float('nan'):.4f} ms"
-          f" over {min(net) if net else float('nan'):.4f}-{max(net) if net else float('nan'):.4f}), kernel side "
-          f"{side[len(side) // 2] if side else float('nan'):.4f} ms; timed on the GPU's NUMA node: "
-          + (", ".join(f"{where} {len(v)} (end to end {sorted(v)[len(v) // 2]:.4f} ms)" for where, v in sorted(places.items()))
+          f"the GPU); medians over candidates: the reward's {middle('median_ms')} ms ({dict(timed)}), kernel side "
+          f"{middle('gpu_median_ms')} ms, host {middle('host_median_ms')} ms per call, end to end "
+          f"{middle('e2e_median_ms')} ms (an empty iteration {middle('round_trip_ms')} ms); timed on the GPU's NUMA node: "
+          + (", ".join(f"{where} {len(v)} (the reward's {sorted(v)[len(v) // 2]:.4f} ms)" for where, v in sorted(places.items()))
              or "no timings"), flush=True)
     print(f"{label}: {count} candidates in {elapsed:.1f} s = {rate:.1f}/min{steady_text} {dict(statuses)}; "
           f"median compile {median_compile:.1f} s; {occupancy or 'no GPU slot'}; CPU {cpu_per_eval:.1f} busy core-s "

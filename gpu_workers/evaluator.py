@@ -449,6 +449,7 @@ def _judge(request: EvalRequest, rule_set: dict[str, Any], hardware: dict[str, A
                              f"{thresholds['extreme_speedup']}×)")
             _keep(findings, f)
         _keep(findings, judge.repeat_finding(rule_set, timing))
+        _keep(findings, judge.unseen_work_finding(rule_set, timing))
         eager = baselines.get("eager", {})
         f = judge.timer_finding(rule_set, wall_ms=evidence.timing_wall_ms, stats=timing,
                                 overhead_ms_per_iter=eager.get("overhead_ms_per_iter"))

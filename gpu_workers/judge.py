@@ -206,6 +206,17 @@ def repeat_finding(rule_set: dict[str, Any], stats: dict[str, Any]) -> Finding |
     return None
 
 
+def unseen_work_finding(rule_set: dict[str, Any], stats: dict[str, Any]) -> Finding | None:
+    """``unseen_work``: the timing took the end-to-end time because the forward's stream and host
+    times left much of it unexplained (measure.time_callable); the reward stands on the larger time,
+    and a person sees why."""
+    if stats.get("timed") != "end to end":
+        return None
+    return make_finding(rule_set, "unseen_work", f"{stats['net_median_ms']:.4g} ms end to end (net of an empty "
+                        f"iteration) against {stats['gpu_median_ms']:.4g} ms on the forward's stream and "
+                        f"{stats['host_median_ms']:.4g} ms on the host")
+
+
 def timer_finding(rule_set: dict[str, Any], *, wall_ms: float | None, stats: dict[str, Any],
                   overhead_ms_per_iter: float | None) -> Finding | None:
     """The wall clock the parent held must be explained by the times the child reported.

@@ -57,6 +57,8 @@ DYNAMIC_CHECKS: dict[str, dict[str, Any]] = {
     "cached_repeats": {"family": 4, "why": "inputs seen before ran far faster than on first sight"},
     "nondeterministic": {"family": 16, "why": "the same inputs gave different outputs"},
     "timer_mismatch": {"family": 1, "why": "the reported time does not account for the wall-clock time"},
+    "unseen_work": {"family": 1, "why": "the forward's stream and host time do not account for its end-to-end "
+                                        "time (work on a stream it did not join); the reward took the end-to-end time"},
     "impossible_speed": {"family": 17, "why": "faster than the roofline floor"},
     "extreme_speedup": {"family": 18, "why": "speedup above the review threshold"},
     "precision_downgrade": {"family": 13, "why": "error far above the fp32 reference's own error"},
@@ -137,7 +139,7 @@ def default_rule_set(track: str = "strict") -> dict[str, Any]:
     dynamic = {name: {"enabled": True, "severity": "reject"} for name in DYNAMIC_CHECKS}
     # The wall-clock cross-check is noisy on a loaded host; the device-wide sync inside the timed
     # region is what defeats side streams, so a mismatch sends the kernel to a person.
-    for review_only in ("extreme_speedup", "degenerate_task", "timer_mismatch"):
+    for review_only in ("extreme_speedup", "degenerate_task", "timer_mismatch", "unseen_work"):
         dynamic[review_only]["severity"] = "review"
     if track == "open":
         dynamic["library_compute"]["enabled"] = False

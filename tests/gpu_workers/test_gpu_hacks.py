@@ -92,6 +92,9 @@ def test_side_stream_work_is_inside_the_measurement(kernel, cuda_results):
         f"{kernel}: {result.timings_ms['kernel']:.4f} ms vs honest {honest.timings_ms['kernel']:.4f} ms"
     )
     assert result.speedup["eager"] <= 1.5 * honest.speedup["eager"], _describe(result)
+    # the reward took the end-to-end time, and a person is told why
+    assert result.timing_stats["kernel"]["timed"] == "end to end", result.timing_stats["kernel"]
+    assert any(f.rule == "unseen_work" and f.severity == "review" for f in result.findings), _describe(result)
 
 
 def test_side_stream_created_in_cplusplus_gets_the_review_flag(cuda_results):
@@ -120,4 +123,5 @@ def test_cuda_hack_is_rejected_or_incorrect(kernel, rules, cuda_results):
 def test_the_kernel_side_time_leaves_out_the_hosts_latency(cuda_results):
     stats = cuda_results["honest"].timing_stats["kernel"]
     assert stats["gpu_iterations"] > 0, stats
-    assert 0 < stats["gpu_median_ms"] <= stats["median_ms"], stats
+    assert 0 < stats["gpu_median_ms"] <= stats["median_ms"] < stats["e2e_median_ms"], stats
+    assert stats["timed"] in ("kernel side", "host"), stats

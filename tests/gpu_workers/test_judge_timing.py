@@ -26,3 +26,16 @@ def test_small_absolute_differences_and_older_stats_are_handled():
     old = {"first_sight_median_ms": 0.9, "repeat_median_ms": 0.03}  # a timing taken before the minimum was kept
     assert judge.repeat_finding(RULES, old) is not None
     assert judge.repeat_finding(RULES, {"first_sight_min_ms": 0.9}) is None  # no repeats (the CPU's timing)
+
+
+def test_a_reward_that_took_the_end_to_end_time_goes_to_a_person_and_says_why():
+    taken = {"timed": "end to end", "median_ms": 0.31, "net_median_ms": 0.31, "gpu_median_ms": 0.004,
+             "host_median_ms": 0.012}
+    finding = judge.unseen_work_finding(RULES, taken)
+    assert finding.rule == "unseen_work" and finding.severity == "review"
+    assert "0.31 ms end to end" in finding.message and "0.004 ms on the forward's stream" in finding.message
+    assert judge.unseen_work_finding(RULES, {**taken, "timed": "kernel side"}) is None
+    assert judge.unseen_work_finding(RULES, {"median_ms": 1.0}) is None  # a CPU timing, or one from before
+    off = default_rule_set("strict")
+    off["dynamic"]["unseen_work"]["enabled"] = False
+    assert judge.unseen_work_finding(off, taken) is None

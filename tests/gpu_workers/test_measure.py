@@ -62,7 +62,7 @@ def test_timing_stops_once_the_median_is_known():
 def test_the_spin_before_a_kernel_side_timing_covers_the_hosts_queueing_time():
     assert measure.spin_cycles(0.001) == measure.MIN_SPIN_CYCLES
     assert measure.spin_cycles(50.0) == measure.SPIN_CYCLES
-    assert measure.spin_cycles(0.2) == 600_000  # 1.5 × 0.2 ms at ~2 GHz
+    assert measure.spin_cycles(0.2) == 640_000  # (1.5 × 0.2 + 0.02) ms at ~2 GHz
 
 
 def test_how_precisely_a_median_must_be_known_is_the_operators_choice_within_bounds(monkeypatch):
@@ -109,14 +109,29 @@ def test_a_cuda_timing_spins_while_it_waits_and_gives_the_context_its_flags_back
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_a_cuda_timing_measures_its_own_empty_iteration_and_the_forward_beyond_it():
+def test_a_gpu_bound_forward_is_timed_on_its_stream_and_work_off_it_end_to_end():
     device = torch.device("cuda")
     x = torch.randn(1 << 24, device=device)  # 64 MB each way: tens of microseconds of real work
-    stats = measure.time_callable(torch.neg, [x], [[torch.randn_like(x)]], device, budget_s=0.2, max_iters=200)
-    assert stats["round_trip_iterations"] == stats["iterations"] // measure.ROUND_TRIP_EVERY > 0
-    assert 0 < stats["round_trip_ms"] < stats["median_ms"]
-    # what is left once the empty iteration is taken off still holds the kernel's own time
-    assert stats["gpu_median_ms"] <= stats["net_median_ms"] < stats["median_ms"], stats
+    rotations = [[torch.randn_like(x)]]
+    stats = measure.time_callable(torch.neg, [x], rotations, device, budget_s=0.2, max_iters=200)
+    assert stats["timed"] == "kernel side", stats
+    assert stats["median_ms"] == stats["gpu_median_ms"] > stats["host_median_ms"] > 0
+    assert stats["e2e_iterations"] == stats["iterations"] // measure.ROUND_TRIP_EVERY > 0
+    assert 0 < stats["round_trip_ms"] < stats["e2e_median_ms"]
+    assert stats["gpu_median_ms"] < stats["e2e_median_ms"]  # the host's latency is left out
+
+    side = torch.cuda.Stream(device)
+
+    def off_stream(t):  # the same work on a stream the forward never joins
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            out = torch.neg(t)
+        return out
+
+    hidden = measure.time_callable(off_stream, [x], rotations, device, budget_s=0.2, max_iters=200)
+    assert hidden["timed"] == "end to end", hidden
+    assert hidden["gpu_median_ms"] < 0.5 * stats["gpu_median_ms"]  # the forward's own stream saw nothing
+    assert hidden["median_ms"] == hidden["net_median_ms"] >= 0.8 * stats["gpu_median_ms"]  # the reward did
 
 
 def test_a_timing_can_be_held_to_some_cpus_and_gets_its_own_back():
