@@ -45,6 +45,8 @@
 #                                      # NUMA node's CPUs and without, throughput both ways (64 candidates)
 #   PART=22 bash bench/gpu_session.sh  # the measure, hack and fault GPU tests, fidelity on gelu (with each
 #                                      # evaluation's empty-iteration time), ncu, throughput (80 candidates)
+#   PART=23 bash bench/gpu_session.sh  # throughput (80 candidates, the first round's timeline apart), every suite
+#                                      # task once (the reward's medians), ncu on all of them
 #   PART=6 bash bench/gpu_session.sh   # every suite task once (medians), ncu on all of them, throughput on
 #                                      # every GPU (the 2-GPU kind)
 set -uo pipefail
@@ -101,6 +103,8 @@ case "${PART:-all}" in
   22) : "${TESTS:=tests/gpu_workers/test_measure.py tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_gpu_faults.py}" \
         "${TESTS_S:=190}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_S:=130}" "${NCU_S:=40}" \
         "${VARIANTS:=default}" "${VARIANT_S:=140}" ;;
+  23) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${VARIANTS:=default}" "${VARIANT_S:=130}" \
+        "${FIDELITY_ONLY:=}" "${FIDELITY_REPEAT:=1}" "${FIDELITY_S:=200}" "${NCU_S:=180}" ;;
   17) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${VARIANTS:=default}" "${VARIANT_S:=140}" \
         "${FIDELITY_S:=150}" "${NCU_S:=40}" ;;
   3) : "${COMPILE_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" "${TESTS_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${SUITE_S:=540}" ;;

@@ -208,6 +208,9 @@ def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count
           f"{middle('e2e_median_ms')} ms (an empty iteration {middle('round_trip_ms')} ms); timed on the GPU's NUMA node: "
           + (", ".join(f"{where} {len(v)} (the reward's {sorted(v)[len(v) // 2]:.4f} ms)" for where, v in sorted(places.items()))
              or "no timings"), flush=True)
+    if steady:  # the first round against the rest: where a cold start costs
+        print(f"  the first {workers} evaluations' timeline: {_timeline_medians(results[:workers])}; the others': "
+              f"{_timeline_medians(results[workers:])}", flush=True)
     print(f"{label}: {count} candidates in {elapsed:.1f} s = {rate:.1f}/min{steady_text} {dict(statuses)}; "
           f"median compile {median_compile:.1f} s; {occupancy or 'no GPU slot'}; CPU {cpu_per_eval:.1f} busy core-s "
           f"per evaluation (the whole machine's)", flush=True)
