@@ -94,7 +94,8 @@ def build_context(request: EvalRequest, hardware: dict[str, Any]) -> BuildContex
         return BuildContext(None, None)
     ext = extension_dir(request.kernel_source, request.device, cuda_arch_list(hardware))
     use_pch = os.environ.get("KERNELARENA_PCH", "1") != "0" and "load_inline" in request.kernel_source
-    return BuildContext(ext, pch_dir(cache_root(), request.device) if use_pch else None)
+    # never waited for here: only a fallback plain build would use it (a worker's warm-up builds it)
+    return BuildContext(ext, pch_dir(cache_root(), request.device, wait=False) if use_pch else None)
 
 
 def child_env(request: EvalRequest, hardware: dict[str, Any], build: BuildContext | None, *,

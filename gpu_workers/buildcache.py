@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sysconfig
+import threading
 from pathlib import Path
 
 
@@ -64,23 +65,32 @@ def pch_flags(device: str) -> list[str]:
     return flags
 
 
-def pch_dir(cache_root: Path, device: str) -> Path | None:
+_building: dict[Path, threading.Thread] = {}  # this process's background header builds, by folder
+_building_lock = threading.Lock()
+
+
+def pch_dir(cache_root: Path, device: str, *, wait: bool = True) -> Path | None:
     """A folder holding ``torch/extension.h.gch`` for this toolchain, built on first use; None if
-    the compiler is not GCC or the build fails (builds then run as plain ``load_inline`` does)."""
-    compiler = _compiler()
-    if compiler is None:
+    the compiler is not GCC or the build fails (builds then run as plain ``load_inline`` does).
+
+    With ``wait=False`` a header not built yet is built on a background thread and None comes back
+    at once: an evaluation never waits ~25 s for a header that only its fallback build would use
+    (the light build compiles without torch's headers). A worker's warm-up waits for it."""
+    place = _pch_place(cache_root, device)
+    if place is None:
         return None
-    header = _torch_include() / "torch" / "extension.h"
-    if not header.exists():
-        return None
-    flags = pch_flags(device)
-    key = hashlib.sha256("\0".join([compiler, str(header), str(header.stat().st_mtime_ns), *flags]).encode())
-    folder = cache_root / "pch" / key.hexdigest()[:20]
-    target = folder / "torch" / "extension.h.gch"
+    folder, target, compiler, header, flags = place
     if target.exists():
         return folder
     if (folder / "failed.log").exists():
         return None  # this toolchain cannot precompile the header: don't retry on every build
+    if not wait:
+        with _building_lock:
+            if folder not in _building or not _building[folder].is_alive():
+                _building[folder] = threading.Thread(target=pch_dir, args=(cache_root, device),
+                                                     name="kernelarena-pch", daemon=True)
+                _building[folder].start()
+        return None
     (folder / "torch").mkdir(parents=True, exist_ok=True)
     with open(folder / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build per toolchain, however many workers start at once
@@ -101,3 +111,16 @@ def pch_dir(cache_root: Path, device: str) -> Path | None:
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     return folder
+
+
+def _pch_place(cache_root: Path, device: str) -> tuple[Path, Path, str, Path, list[str]] | None:
+    """Where ``pch_dir`` keeps this toolchain's header (the folder, the .gch file) and how it builds
+    it (the compiler, torch's header, the flags); None where it cannot (no GCC, no header)."""
+    compiler = _compiler()
+    header = _torch_include() / "torch" / "extension.h"
+    if compiler is None or not header.exists():
+        return None
+    flags = pch_flags(device)
+    key = hashlib.sha256("\0".join([compiler, str(header), str(header.stat().st_mtime_ns), *flags]).encode())
+    folder = cache_root / "pch" / key.hexdigest()[:20]
+    return folder, folder / "torch" / "extension.h.gch", compiler, header, flags

@@ -21,22 +21,32 @@ WARM_UP_SOURCE = "# the worker's warm-up: no candidate code here; the compile ch
 
 def warm_up(device: str, gpu_index: int | None = None) -> dict[str, float]:
     """Seconds each step took: ``probe`` (the GPU or CPU facts), ``compile_child`` (the zygote, a
-    compile child and its spare, the bridge). Raises RuntimeError when a step fails."""
+    compile child and its spare, the bridge), ``pch`` (torch's header precompiled for a fallback plain
+    build; ``KERNELARENA_PCH=0`` skips it). Raises RuntimeError when a step fails."""
     from . import build
     from .hardware import hardware_info
     from .schema import EvalRequest
 
     steps: dict[str, float] = {}
+    pch = os.environ.get("KERNELARENA_PCH", "1") != "0"
+    if pch:  # built on a thread meanwhile: it and the bridge are each one compiler on one core
+        build.pch_dir(build.cache_root(), device, wait=False)
     started = time.monotonic()
     hardware = hardware_info(device, gpu_index)
     steps["probe"] = time.monotonic() - started
     mark = time.monotonic()
     request = EvalRequest(task_source="", kernel_source=WARM_UP_SOURCE, device=device, gpu_index=gpu_index,
                           compile_timeout_s=900.0)
-    outcome = build.compile_in_child(request, hardware, build.BuildContext(None, None))
+    # a build folder of its own, as a candidate's build has: the child then loads (or builds) the bridge
+    folder = build.extension_dir(WARM_UP_SOURCE, device, build.cuda_arch_list(hardware))
+    outcome = build.compile_in_child(request, hardware, build.BuildContext(folder, None))
     if outcome.ms is None:
         raise RuntimeError(f"the warm-up compile child failed:\n{outcome.log[-4000:]}")
     steps["compile_child"] = time.monotonic() - mark
+    if pch:  # the fallback plain build's header (once per toolchain): what is left of its build
+        mark = time.monotonic()
+        build.pch_dir(build.cache_root(), device)
+        steps["pch"] = time.monotonic() - mark
     return steps
 
 

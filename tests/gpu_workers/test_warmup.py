@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
-from gpu_workers import build, litebuild, warmup, zygote
+from gpu_workers import build, buildcache, litebuild, warmup, zygote
 
 
-def test_warm_up_starts_the_zygote_and_leaves_the_bridge_built(kernelarena_cache_dir):
+def test_warm_up_starts_the_zygote_and_leaves_the_bridge_and_the_header_built(kernelarena_cache_dir):
     steps = warmup.warm_up("cpu")
-    assert set(steps) == {"probe", "compile_child"} and all(s >= 0 for s in steps.values())
+    assert set(steps) == {"probe", "compile_child", "pch"} and all(s >= 0 for s in steps.values())
     if zygote.enabled():
         assert any(z.alive for z in zygote.running())
+    # its compile child had a build folder of its own, as a candidate's has: there the bridge is loaded
+    assert build.extension_dir(warmup.WARM_UP_SOURCE, "cpu", None).is_dir()
     if litebuild.enabled():
         assert list((kernelarena_cache_dir / "lite").glob("kernelarena_bridge_*/bridge.ok"))
+    if buildcache._pch_place(kernelarena_cache_dir, "cpu") is not None:  # GCC here: the header is ready
+        assert buildcache.pch_dir(kernelarena_cache_dir, "cpu", wait=False) is not None
     with build._spares_lock:
         assert build._spares  # the next compile finds a child ready
 
@@ -31,3 +38,30 @@ def test_the_warm_up_device_is_named_or_none(monkeypatch):
         assert warmup.configured_device(value) == expected
     with pytest.raises(ValueError, match="cuda, cpu or empty"):
         warmup.configured_device("tpu")
+
+
+
+FAKE_GCC = """#!/bin/sh
+# stands in for g++ precompiling a header: slow on purpose, then writes its -o file
+[ "$1" = --version ] && { echo "g++ (stand-in) 12"; exit 0; }
+while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done
+sleep 2; echo built > "$out"
+"""
+
+
+def test_an_evaluation_never_waits_for_the_header_a_warm_up_does(tmp_path, monkeypatch):
+    compiler = tmp_path / "g++"
+    compiler.write_text(FAKE_GCC)
+    compiler.chmod(0o755)
+    monkeypatch.setenv("CXX", str(compiler))
+    cache = tmp_path / "cache"
+    before = [t.name for t in threading.enumerate()].count("kernelarena-pch")
+    started = time.monotonic()
+    assert buildcache.pch_dir(cache, "cpu", wait=False) is None  # not built: a thread builds it
+    assert buildcache.pch_dir(cache, "cpu", wait=False) is None  # ... one thread, however often asked
+    assert time.monotonic() - started < 1.5
+    assert [t.name for t in threading.enumerate()].count("kernelarena-pch") == before + 1
+    folder = buildcache.pch_dir(cache, "cpu")  # waits for that build (its lock), builds nothing again
+    assert folder is not None and (folder / "torch" / "extension.h.gch").read_text() == "built\n"
+    assert (folder / "torch" / "extension.h").resolve().name == "extension.h"  # the real header beside it
+    assert buildcache.pch_dir(cache, "cpu", wait=False) == folder
