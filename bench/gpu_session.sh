@@ -47,6 +47,8 @@
 #                                      # evaluation's empty-iteration time), ncu, throughput (80 candidates)
 #   PART=23 bash bench/gpu_session.sh  # throughput (80 candidates, the first round's timeline apart), every suite
 #                                      # task once (the reward's medians), ncu on all of them
+#   PART=24 bash bench/gpu_session.sh  # throughput from a cold machine (160 candidates; the warm-up builds the
+#                                      # bridge and the header before the clock)
 #   PART=6 bash bench/gpu_session.sh   # every suite task once (medians), ncu on all of them, throughput on
 #                                      # every GPU (the 2-GPU kind)
 set -uo pipefail
@@ -105,6 +107,8 @@ case "${PART:-all}" in
         "${VARIANTS:=default}" "${VARIANT_S:=140}" ;;
   23) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${VARIANTS:=default}" "${VARIANT_S:=130}" \
         "${FIDELITY_ONLY:=}" "${FIDELITY_REPEAT:=1}" "${FIDELITY_S:=200}" "${NCU_S:=180}" ;;
+  24) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${VARIANTS:=default}" "${VARIANT_S:=260}" \
+        "${VARIANT_N:=160}" "${FIDELITY_S:=0}" "${NCU_S:=0}" ;;
   17) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${VARIANTS:=default}" "${VARIANT_S:=140}" \
         "${FIDELITY_S:=150}" "${NCU_S:=40}" ;;
   3) : "${COMPILE_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" "${TESTS_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${SUITE_S:=540}" ;;
