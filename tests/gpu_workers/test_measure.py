@@ -65,6 +65,17 @@ def test_the_spin_before_a_kernel_side_timing_covers_the_hosts_queueing_time():
     assert measure.spin_cycles(0.2) == 640_000  # (1.5 × 0.2 + 0.02) ms at ~2 GHz
 
 
+def test_work_outside_the_forwards_stream_is_what_host_and_kernel_side_cannot_explain():
+    # honest: launched after ~20 µs of host time, then 150 µs of kernel, both seen
+    assert not measure._outside_work(net_ms=0.17, host_ms=0.03, kernel_ms=0.15)
+    # a few µs of disagreement between medians is not work: 5% of the kernel side, at least 5 µs
+    assert not measure._outside_work(net_ms=0.03 + 0.15 + 0.0074, host_ms=0.03, kernel_ms=0.15)
+    assert not measure._outside_work(net_ms=0.021 + 0.002 + 0.0049, host_ms=0.021, kernel_ms=0.002)
+    # 65 µs of work on a stream the forward never joined: its own stream saw 1.5 µs
+    assert measure._outside_work(net_ms=0.078, host_ms=0.024, kernel_ms=0.0015)
+    assert measure._outside_work(net_ms=0.03 + 0.15 + 0.008, host_ms=0.03, kernel_ms=0.15)
+
+
 def test_how_precisely_a_median_must_be_known_is_the_operators_choice_within_bounds(monkeypatch):
     from gpu_workers.evaluator import settle_within
 
