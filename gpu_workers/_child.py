@@ -168,7 +168,7 @@ def _prepare_torch(setup: dict[str, Any]) -> None:
 
 def _timing_switches(setup: dict[str, Any]) -> dict[str, Any]:
     return {"settle_within": float(setup.get("settle_within", 0.01)), "spin_waits": bool(setup.get("spin_waits", True)),
-            "cpus": [int(c) for c in setup.get("cpus") or ()] or None}
+            "cpus": [int(c) for c in setup.get("cpus") or ()] or None, "e2e_rotations": int(setup.get("e2e_rotations", 0))}
 
 
 def _fresh(values: list[Any], device) -> list[Any]:

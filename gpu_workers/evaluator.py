@@ -34,11 +34,15 @@ from .tasks import KernelFileError, validate_kernel_source, validate_task_source
 INIT_CONFIGS = 2
 
 
+E2E_ROTATIONS = 2  # CUDA: input sets only the timing's end-to-end iterations see (measure.time_callable)
+
+
 def rotations_for(device: str) -> int:
     """Input sets the timing loop cycles through, each checked. On the CPU every timed iteration
     gets inputs never seen before (no repeats to cache); GPU-sized inputs are too large for that,
-    so there the loop cycles through three and repeats are compared with first sights."""
-    return 3 if device == "cuda" else 24
+    so there the loop cycles through three, its end-to-end iterations through two more, and repeats
+    are compared with first sights."""
+    return 3 + E2E_ROTATIONS if device == "cuda" else 24
 
 
 def max_timed_iterations(device: str) -> int:
@@ -62,7 +66,8 @@ def timing_options(hardware: dict[str, Any]) -> dict[str, Any]:
     and ``cpus``: with ``KERNELARENA_TIMING_CPUS=gpu-local`` the timing thread runs on the CPUs of the
     GPU's own NUMA node while it times (where the machine has more than one node; default: anywhere)."""
     options: dict[str, Any] = {"settle_within": settle_within(),
-                               "spin_waits": os.environ.get("KERNELARENA_TIMING_SPIN", "1") != "0"}
+                               "spin_waits": os.environ.get("KERNELARENA_TIMING_SPIN", "1") != "0",
+                               "e2e_rotations": E2E_ROTATIONS}
     if os.environ.get("KERNELARENA_TIMING_CPUS", "") == "gpu-local":
         mine = os.sched_getaffinity(0)
         local = set((hardware.get("gpu") or {}).get("local_cpus") or ()) & mine
@@ -448,7 +453,7 @@ def _judge(request: EvalRequest, rule_set: dict[str, Any], hardware: dict[str, A
                              f"{eager_speedup:.1f}× faster than eager (review threshold "
                              f"{thresholds['extreme_speedup']}×)")
             _keep(findings, f)
-        _keep(findings, judge.repeat_finding(rule_set, timing))
+        _keep(findings, judge.repeat_finding(rule_set, timing) or judge.repeat_finding(rule_set, timing, "e2e_"))
         _keep(findings, judge.unseen_work_finding(rule_set, timing))
         eager = baselines.get("eager", {})
         f = judge.timer_finding(rule_set, wall_ms=evidence.timing_wall_ms, stats=timing,

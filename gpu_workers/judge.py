@@ -192,17 +192,19 @@ def guard_findings(rule_set: dict[str, Any], observations: list[dict[str, Any]])
     return [f for f in findings if f is not None]
 
 
-def repeat_finding(rule_set: dict[str, Any], stats: dict[str, Any]) -> Finding | None:
+def repeat_finding(rule_set: dict[str, Any], stats: dict[str, Any], series: str = "") -> Finding | None:
     """``cached_repeats``: every timing input ran far faster once seen than on its first sight (a
     cache keyed on values). The fastest first sight is compared, not their median: a cache misses
     on every first sight, while a busy host delays single iterations (one slow iteration among
-    three is no cache, and neither are two)."""
-    first = stats.get("first_sight_min_ms", stats.get("first_sight_median_ms"))
-    repeat = stats.get("repeat_median_ms")
+    three is no cache, and neither are two). ``series="e2e_"`` reads the end-to-end iterations'
+    own input sets (CUDA)."""
+    first = stats.get(f"{series}first_sight_min_ms", stats.get(f"{series}first_sight_median_ms"))
+    repeat = stats.get(f"{series}repeat_median_ms")
     ratio = float(rule_set["thresholds"]["repeat_ratio"])
     if first and repeat and first > ratio * repeat and first - repeat > 0.05:
+        where = "end-to-end timing input" if series else "timing input"
         return make_finding(rule_set, "cached_repeats", f"{first:.4g} ms at the fastest first sight of each "
-                            f"timing input, {repeat:.4g} ms on repeats")
+                            f"{where}, {repeat:.4g} ms on repeats")
     return None
 
 

@@ -145,6 +145,49 @@ def test_a_gpu_bound_forward_is_timed_on_its_stream_and_work_off_it_end_to_end()
     assert hidden["median_ms"] == hidden["net_median_ms"] >= 0.8 * stats["gpu_median_ms"]  # the reward did
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_forward_that_tells_the_end_to_end_iterations_apart_misses_on_their_own_inputs():
+    from gpu_workers import judge
+    from gpu_workers.rules import default_rule_set
+
+    device = torch.device("cuda")
+    x = torch.randn(2048, 2048, device=device)
+    rotations = [[torch.randn_like(x)] for _ in range(5)]
+    side = torch.cuda.Stream(device)
+    answers: dict[float, torch.Tensor] = {}
+
+    def work(t):  # about a millisecond: a cache hit is far cheaper
+        return (t @ t).tanh() @ t
+
+    def sly(t):  # behind a spin (the stream busy): the work off-stream; on an idle GPU: from a cache
+        busy = not torch.cuda.current_stream(device).query()
+        key = round(float(t[0, :8].sum()), 3)
+        if busy:
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                out = work(t)
+            answers[key] = out
+            return out
+        if key not in answers:
+            answers[key] = work(t)
+        return answers[key]
+
+    fooled = measure.time_callable(sly, [x], rotations, device, budget_s=0.2, max_iters=200)
+    assert fooled["timed"] != "end to end"  # shared input sets: the cache answers every end-to-end iteration
+    answers.clear()
+    stats = measure.time_callable(sly, [x], rotations, device, budget_s=0.2, max_iters=200, e2e_rotations=2)
+    assert len(stats["kept_outputs"]) == 5  # the end-to-end iterations' outputs are kept too
+    for kept, (t,) in zip(stats["kept_outputs"], rotations):
+        torch.testing.assert_close(kept[0], work(t))
+    rules = default_rule_set("strict")
+    # on shared input sets every end-to-end iteration is a cache hit, and nothing looks wrong ...
+    assert judge.repeat_finding(rules, fooled, "e2e_") is None
+    # ... on their own, the first sight of each misses, and the repeats give the cache away
+    finding = judge.repeat_finding(rules, stats, "e2e_")
+    assert finding is not None and "end-to-end timing input" in finding.message, stats
+
+
 def test_a_timing_can_be_held_to_some_cpus_and_gets_its_own_back():
     mine = os.sched_getaffinity(0)
     one = min(mine)
