@@ -213,7 +213,7 @@ def _reference_work(setup: dict[str, Any], send: _Sender) -> None:
 
     import torch
 
-    from . import measure
+    from . import measure, timing
     from .tasks import load_task_module
 
     device = _device(setup)
@@ -297,7 +297,7 @@ def _reference_work(setup: dict[str, Any], send: _Sender) -> None:
                 fn(*buffers)  # compile / capture outside the measurement
                 send.gpu_alone()
                 send("timing_begin", baseline=name)
-                stats = measure.time_callable(fn, buffers, [_fresh(r, device) for r in rotation_inputs], device,
+                stats = timing.time_callable(fn, buffers, [_fresh(r, device) for r in rotation_inputs], device,
                                               budget_s=float(setup["timing_budget_s"]),
                                               max_iters=int(setup.get("max_iters", 1000)),
                                               warmup_inputs=_fresh(trial_inputs[0], device),
@@ -372,7 +372,7 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from . import fastbuild, measure
+    from . import fastbuild, measure, timing
     from .guard import install as install_guard
     from .tasks import exec_source, load_task_module
 
@@ -541,7 +541,7 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
         send.gpu_alone()
         send("timing_begin")
         with torch.no_grad():
-            stats = measure.time_callable(model, buffers, rotations, device,
+            stats = timing.time_callable(model, buffers, rotations, device,
                                           budget_s=float(setup["timing_budget_s"]),
                                           max_iters=int(setup.get("max_iters", 1000)),
                                           warmup_inputs=fresh(trial_inputs[0]), **_timing_switches(setup))

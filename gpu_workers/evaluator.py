@@ -34,7 +34,7 @@ from .tasks import KernelFileError, validate_kernel_source, validate_task_source
 INIT_CONFIGS = 2
 
 
-E2E_ROTATIONS = 2  # CUDA: input sets only the timing's end-to-end iterations see (measure.time_callable)
+E2E_ROTATIONS = 2  # CUDA: input sets only the timing's end-to-end iterations see (timing.time_callable)
 
 
 def rotations_for(device: str) -> int:

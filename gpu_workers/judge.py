@@ -210,7 +210,7 @@ def repeat_finding(rule_set: dict[str, Any], stats: dict[str, Any], series: str 
 
 def unseen_work_finding(rule_set: dict[str, Any], stats: dict[str, Any]) -> Finding | None:
     """``unseen_work``: the timing took the end-to-end time because the forward's stream and host
-    times left much of it unexplained (measure.time_callable); the reward stands on the larger time,
+    times left much of it unexplained (timing.time_callable); the reward stands on the larger time,
     and a person sees why."""
     if stats.get("timed") != "end to end":
         return None

@@ -1,4 +1,5 @@
-"""Measurement primitives used inside the children: timing, poisoning, guards.
+"""Measurement primitives used inside the children: the judge's own bound functions, guards,
+poisoning and output snapshots (the timing loop itself is ``timing.py``).
 
 This module is imported, and binds every function it relies on, BEFORE any candidate code is
 imported (REWARD_HACKS family 7). The candidate may later replace ``time.perf_counter`` or
@@ -10,17 +11,14 @@ from __future__ import annotations
 
 import builtins
 import os
-import statistics
 import sys
 import threading
 import time
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
-
-from .timinghost import SpinWaits, TimingCpus, host_cpu
 
 # ---- functions bound before candidate import ----------------------------------------------
 _perf_counter = time.perf_counter
@@ -41,16 +39,6 @@ _event_record = torch.cuda.Event.record
 _event_sync = torch.cuda.Event.synchronize
 _event_elapsed = torch.cuda.Event.elapsed_time
 _cuda_spin = getattr(torch.cuda, "_sleep", None)
-CYCLES_PER_MS = 2_000_000  # GPU clock cycles in a millisecond (about 2 GHz)
-SPIN_CYCLES = CYCLES_PER_MS  # the longest spin before a kernel-side timing (~1 ms)
-MIN_SPIN_CYCLES = 3 * CYCLES_PER_MS // 100  # the shortest (~30 µs)
-SETTLE_MIN_ITERS = 100  # a median's confidence interval is read from this many timed iterations on
-SETTLE_EVERY = 25  # ... every this many
-EVENT_RESOLUTION_MS = 0.001  # a median known to ±1 µs is known (CUDA events resolve ~0.5 µs)
-ROUND_TRIP_EVERY = 3  # an end-to-end and an empty iteration after every this many timed ones, on CUDA
-MIN_E2E = 10  # ... and never stopped early before this many of them
-OUTSIDE_SLACK, OUTSIDE_SLACK_MS = 0.05, 0.005  # end to end beyond host + kernel side by more: outside work
-
 # Attributes whose replacement is a measurement hack, wherever the candidate does it.
 _WATCHED: tuple[tuple[Any, str], ...] = tuple(
     (owner, name)
@@ -183,24 +171,6 @@ def tune_cpu_heap() -> None:
         pass
 
 
-class L2Flusher:
-    """Empties the L2 of the timed work's data between iterations (CUDA only): writes a buffer twice
-    the L2's size, then reads it. The read matters: after a write pass the L2 is full of dirty lines,
-    and the timed kernel's first misses would pay for writing them back (several µs of a short
-    kernel, which Nsight Compute, flushing a clean cache, does not see)."""
-
-    def __init__(self, device: torch.device):
-        self.buffer = None
-        if device.type == "cuda":
-            l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)) or (64 << 20)
-            self.buffer = _torch_empty(2 * l2 // 4, dtype=torch.int32, device=device)
-
-    def flush(self) -> None:
-        if self.buffer is not None:
-            _tensor_zero(self.buffer)
-            _tensor_amax(self.buffer)  # the write-backs happen here, outside the timing
-
-
 # ---- outputs -------------------------------------------------------------------------------
 def flatten(value: Any) -> list[Any]:
     if isinstance(value, list | tuple):
@@ -256,258 +226,3 @@ def same_values(a: Sequence[Any], b: Sequence[Any]) -> bool:
         elif x != y:
             return False
     return True
-
-
-# ---- timing --------------------------------------------------------------------------------
-def _spread(times: Sequence[float]) -> float:
-    if len(times) < 4:
-        return float("inf")
-    q = statistics.quantiles(times, n=4)
-    med = statistics.median(times)
-    return (q[2] - q[0]) / med if med > 0 else float("inf")
-
-
-def _median_settled(times: Sequence[float], within: float, resolution: float = 0.0,
-                    least: int = SETTLE_MIN_ITERS) -> bool:
-    """Whether the median is known to within ``within`` (relative), or to within ``resolution``
-    (absolute: the timer's own), at 95% confidence: the order statistics that bound the median's
-    distribution-free interval (n/2 ± 0.98·√n) lie that close. Never from fewer than ``least``."""
-    n = len(times)
-    if n < least:
-        return False
-    ordered = sorted(times)
-    half = 0.98 * n ** 0.5
-    lo, hi = max(0, int(n / 2 - half)), min(n - 1, int(n / 2 + half + 1))
-    middle = statistics.median(ordered)
-    half_width = (ordered[hi] - ordered[lo]) / 2
-    return middle > 0 and (half_width <= within * middle or half_width <= resolution)
-
-
-def spin_cycles(host_ms: float) -> int:
-    """GPU clock cycles of spin before the start event: longer than the host takes to queue the
-    start event and one forward (the forward's host time, with half again and 20 µs as margin),
-    between ~30 µs and ~1 ms."""
-    return int(min(SPIN_CYCLES, max(MIN_SPIN_CYCLES, (1.5 * host_ms + 0.02) * CYCLES_PER_MS)))
-
-
-def _round_trip(device: torch.device) -> float:
-    """One end-to-end iteration with an empty launch in place of the forward: the same events, the
-    same device-wide synchronise. What it takes is this process's own cost of the procedure (the
-    launch, the host's wake-up from the synchronise, the end event's record)."""
-    synchronize(device)
-    start, end = _Event(enable_timing=True), _Event(enable_timing=True)
-    _event_record(start)
-    if _cuda_spin is not None:
-        _cuda_spin(1)
-    synchronize(device)
-    _event_record(end)
-    _event_sync(end)
-    return float(_event_elapsed(start, end))
-
-
-def _outside_work(net_ms: float, host_ms: float, kernel_ms: float) -> bool:
-    """Whether the end-to-end time, net of an empty iteration, holds more than the forward's host
-    time and its kernel-side time together can explain: work the current stream's events did not see
-    (another stream the forward did not join, or the host's own work after it returned)."""
-    return net_ms > host_ms + kernel_ms + max(OUTSIDE_SLACK * kernel_ms, OUTSIDE_SLACK_MS)
-
-
-def time_callable(
-    fn: Callable[..., Any],
-    buffers: Sequence[Any],
-    rotations: Sequence[Sequence[Any]],
-    device: torch.device,
-    *,
-    budget_s: float,
-    min_iters: int = 5,
-    max_iters: int = 1000,
-    target_spread: float = 0.02,
-    settle_within: float = 0.01,
-    warmup: int = 2,
-    warmup_inputs: Sequence[Any] | None = None,
-    spin_waits: bool = True,
-    cpus: Sequence[int] | None = None,
-    e2e_rotations: int = 0,
-) -> dict[str, Any]:
-    """Median time of ``fn(*buffers)`` with the buffers' values rotated between iterations.
-
-    Each iteration copies the next rotation's values into the SAME tensors (caching keyed on
-    pointers or shapes returns stale results) and flushes the L2 on CUDA. The last output of every
-    rotation is kept (cloned outside the timed region) so the parent can check it.
-
-    On CUDA the reward's time (``median_ms``) is what a forward costs in a pipeline, the larger of
-    two medians, each from the same process:
-
-    * kernel side (``gpu_median_ms``): a spin kernel keeps the GPU busy while the host queues the
-      start event and the forward's launches, so the start fires when the work can begin, and the end
-      event follows the forward on its stream. Host launch latency and the synchronise round trip are
-      left out: what Nsight Compute's ``gpu__time_duration`` sees, steady from process to process;
-    * host (``host_median_ms``): the forward call's own host time, from iterations without the spin
-      (a forward that synchronises inside waits only for its own work there).
-
-    Every ``ROUND_TRIP_EVERY`` iterations an end-to-end iteration (no spin, a device-wide synchronise
-    before the end event: ``e2e_median_ms``) and an empty one (``round_trip_ms``) are timed as well.
-    Where the end-to-end time, net of the empty one, is more than the host and kernel-side times
-    explain (work on a stream the forward did not join), that net time is the reward's instead
-    (``timed``: "kernel side", "host" or "end to end").
-
-    It stops at ``max_iters``, at ``budget_s``, once the times are tight (interquartile spread within
-    ``target_spread``), or once the median is known to within ``settle_within`` or, on CUDA, to the
-    event timer's resolution (95% confidence; checked every SETTLE_EVERY iterations from
-    SETTLE_MIN_ITERS on), the host time's too where it is near the kernel side's: on a shared GPU
-    every timing holds the GPU alone, so iterations past a known median only keep others waiting.
-    """
-    cuda = device.type == "cuda"
-    flusher = L2Flusher(device)
-    # below this a median cannot be known anyway: CUDA events resolve about half a microsecond
-    resolution = EVENT_RESOLUTION_MS if cuda else 0.0
-    tensors = [i for i, b in enumerate(buffers) if type(b) is torch.Tensor]
-
-    def load(rotation: Sequence[Any]) -> None:
-        for i in tensors:
-            _tensor_copy(buffers[i], rotation[i])
-
-    # Warm up on other values than the timed ones: the first pass over the rotations is the
-    # candidate's first sight of them, which is how a cache keyed on values shows itself.
-    warm_host: list[float] = []
-    for step in range(warmup):
-        load(warmup_inputs if warmup_inputs is not None else rotations[step % len(rotations)])
-        synchronize(device)
-        host0 = _perf_counter()
-        fn(*buffers)
-        warm_host.append((_perf_counter() - host0) * 1e3)
-    synchronize(device)
-
-    times: list[float] = []  # the kernel side on CUDA, the call itself on the CPU
-    host_times: list[float] = []  # CUDA: the forward call's host time, end-to-end iterations
-    e2e_times: list[float] = []
-    round_trips: list[float] = []
-    kept: dict[int, list[Any]] = {}
-    # On CUDA the end-to-end iterations may have input sets of their own (the last ``e2e_rotations``),
-    # never seen by the other iterations: a forward that tells the two kinds apart (a busy stream, a
-    # call count) and answers one kind from a cache keyed on values misses on their first sights, and
-    # their outputs are kept and checked like every other.
-    split = cuda and 0 < e2e_rotations < len(rotations)
-    main = list(range(len(rotations) - e2e_rotations if split else len(rotations)))
-    ends = list(range(main[-1] + 1, len(rotations))) if split else main
-
-    def end_to_end(r: int) -> None:
-        load(rotations[r])
-        flusher.flush()
-        synchronize(device)
-        start, end = _Event(enable_timing=True), _Event(enable_timing=True)
-        _event_record(start)
-        host0 = _perf_counter()
-        out = fn(*buffers)
-        host1 = _perf_counter()
-        synchronize(device)
-        _event_record(end)
-        _event_sync(end)
-        kept[r] = snapshot(out)
-        del out
-        e2e_times.append(float(_event_elapsed(start, end)))
-        host_times.append((host1 - host0) * 1e3)
-        round_trips.append(_round_trip(device))
-
-    def known(check: Callable[[Sequence[float]], bool]) -> bool:
-        """Whether ``check`` holds for the times and, on CUDA, for the host times where they may be the
-        larger (near the kernel side or above it); never before MIN_E2E end-to-end iterations."""
-        if not check(times):
-            return False
-        if not cuda:
-            return True
-        if len(host_times) < MIN_E2E:
-            return False
-        return statistics.median(host_times) < 0.8 * statistics.median(times) or check(host_times)
-
-    waits = SpinWaits(device, enabled=spin_waits)
-    with waits, TimingCpus(cpus):
-        seen_cpus = {host_cpu()}  # where the host side of the timing ran (seen between iterations)
-        cycles = spin_cycles(max(warm_host[-1:] or [0.0]))
-        started = _perf_counter()
-        iteration = 0
-        while True:
-            r = main[iteration % len(main)]
-            load(rotations[r])
-            flusher.flush()
-            synchronize(device)
-            if cuda:
-                start, end = _Event(enable_timing=True), _Event(enable_timing=True)
-                if _cuda_spin is not None:  # without it the host's launch latency stays in (never less)
-                    _cuda_spin(cycles)
-                _event_record(start)
-                out = fn(*buffers)
-                _event_record(end)
-                synchronize(device)  # device-wide: a side stream's output is complete before it is kept
-                times.append(float(_event_elapsed(start, end)))
-            else:
-                host0 = _perf_counter()
-                out = fn(*buffers)
-                host1 = _perf_counter()
-                times.append((host1 - host0) * 1e3)
-            kept[r] = snapshot(out)  # a device clone; moved to the CPU once, after the loop
-            del out
-            iteration += 1
-            if cuda and iteration % ROUND_TRIP_EVERY == 0:
-                end_to_end(ends[(iteration // ROUND_TRIP_EVERY - 1) % len(ends)])
-            elapsed = _perf_counter() - started
-            if iteration >= max_iters:
-                break
-            if iteration % SETTLE_EVERY == 0:
-                seen_cpus.add(host_cpu())
-                if host_times:  # the spin follows the forward's host time
-                    cycles = spin_cycles(statistics.median(host_times))
-            if iteration >= max(min_iters, len(main)):
-                if elapsed >= budget_s:
-                    break
-                if iteration >= 20 and known(lambda t: _spread(t) <= target_spread):
-                    break
-                if iteration % SETTLE_EVERY == 0 and known(
-                        lambda t: _median_settled(t, settle_within, resolution,
-                                                  SETTLE_MIN_ITERS if t is times else SETTLE_MIN_ITERS // ROUND_TRIP_EVERY)):
-                    break
-        synchronize(device)  # the work of a forward that returned early is over before the outputs move
-        if cuda:  # every end-to-end input set timed (and its output kept) at least once
-            for r in ends:
-                if r not in kept or not host_times:
-                    end_to_end(r)
-    first = times[: len(main)]
-    repeats = times[len(main):]
-    median = statistics.median(times)
-    stats: dict[str, Any] = {"median_ms": median}
-    if cuda:
-        host = statistics.median(host_times)
-        e2e = statistics.median(e2e_times)
-        round_trip = statistics.median(round_trips)
-        net = max(e2e - round_trip, 0.0)
-        timed, reward = ("host", host) if host > median else ("kernel side", median)
-        if _outside_work(net, host, median):
-            timed, reward = "end to end", net
-        stats = {
-            "median_ms": reward,  # the reward's
-            "timed": timed,
-            "gpu_median_ms": median,
-            "gpu_iterations": len(times),
-            "host_median_ms": host,
-            "e2e_median_ms": e2e,
-            "round_trip_ms": round_trip,
-            "net_median_ms": net,
-            "e2e_iterations": len(e2e_times),
-            "e2e_first_sight_min_ms": min(e2e_times[: len(ends)]),
-            "e2e_repeat_median_ms": statistics.median(e2e_times[len(ends):]) if len(e2e_times) > len(ends) else None,
-            "spin_cycles": cycles,
-        }
-    return {
-        **stats,
-        "first_sight_median_ms": statistics.median(first),
-        "first_sight_min_ms": min(first),
-        "repeat_median_ms": statistics.median(repeats) if repeats else None,
-        "min_ms": min(times),
-        "max_ms": max(times),
-        "spread": _spread(times) if len(times) >= 4 else None,
-        "iterations": len(times),
-        "host_waits": waits.mode,  # "spin": the synchronise busy-waited (SpinWaits)
-        "host_cpus": sorted(c for c in seen_cpus | {host_cpu()} if c is not None),
-        "total_ms": sum(times),
-        "kept_outputs": [kept[r] for r in sorted(kept)],  # on the device: the caller moves them
-    }

@@ -19,7 +19,7 @@ from typing import Any
 
 from .build import cache_root
 
-# What a timing means (measure.time_callable and its L2 flush). Kept baselines are keyed on it, so a
+# What a timing means (timing.time_callable and its L2 flush). Kept baselines are keyed on it, so a
 # baseline timed the old way is never set against a candidate timed the new way.
 TIMING_METHOD = "3"
 DEFAULT_SAMPLES = 3

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpu_workers import measure, timinghost
+from gpu_workers import timing, timinghost
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,41 +39,41 @@ def test_dynamos_own_wrapper_is_no_patch_but_the_same_wrapper_round_another_func
 
 def test_a_median_is_settled_only_when_its_confidence_interval_is_narrow():
     tight = [1.0 + 0.001 * ((i * 37) % 11 - 5) for i in range(100)]
-    assert measure._median_settled(tight, 0.01)
-    assert not measure._median_settled(tight[:99], 0.01)  # too few to say
+    assert timing._median_settled(tight, 0.01)
+    assert not timing._median_settled(tight[:99], 0.01)  # too few to say
     wide = [0.5 + (i * 37 % 100) / 100 for i in range(100)]  # 0.5 .. 1.49, evenly
-    assert not measure._median_settled(wide, 0.01)
-    assert measure._median_settled(wide * 100, 0.01)  # the same spread, many more samples
+    assert not timing._median_settled(wide, 0.01)
+    assert timing._median_settled(wide * 100, 0.01)  # the same spread, many more samples
     short = [0.040 + 0.000_08 * (i * 37 % 100) for i in range(100)]  # 40-48 µs: the median to ±0.8 µs
-    assert not measure._median_settled(short, 0.01)  # not to 1% ...
-    assert measure._median_settled(short, 0.01, resolution=0.001)  # ... but to the timer's resolution
+    assert not timing._median_settled(short, 0.01)  # not to 1% ...
+    assert timing._median_settled(short, 0.01, resolution=0.001)  # ... but to the timer's resolution
 
 
 def test_timing_stops_once_the_median_is_known():
     x = torch.randn(64)
-    stats = measure.time_callable(torch.neg, [x], [[torch.randn(64)], [torch.randn(64)]], torch.device("cpu"),
+    stats = timing.time_callable(torch.neg, [x], [[torch.randn(64)], [torch.randn(64)]], torch.device("cpu"),
                                   budget_s=60.0, max_iters=1000, target_spread=0.0, settle_within=0.5)
-    assert stats["iterations"] == measure.SETTLE_MIN_ITERS  # the first check: a ±50% median is known at once
-    stats = measure.time_callable(torch.neg, [x], [[torch.randn(64)]], torch.device("cpu"),
+    assert stats["iterations"] == timing.SETTLE_MIN_ITERS  # the first check: a ±50% median is known at once
+    stats = timing.time_callable(torch.neg, [x], [[torch.randn(64)]], torch.device("cpu"),
                                   budget_s=60.0, max_iters=130, target_spread=0.0, settle_within=0.0)
     assert stats["iterations"] == 130  # never settled to 0%: the cap
 
 
 def test_the_spin_before_a_kernel_side_timing_covers_the_hosts_queueing_time():
-    assert measure.spin_cycles(0.001) == measure.MIN_SPIN_CYCLES
-    assert measure.spin_cycles(50.0) == measure.SPIN_CYCLES
-    assert measure.spin_cycles(0.2) == 640_000  # (1.5 × 0.2 + 0.02) ms at ~2 GHz
+    assert timing.spin_cycles(0.001) == timing.MIN_SPIN_CYCLES
+    assert timing.spin_cycles(50.0) == timing.SPIN_CYCLES
+    assert timing.spin_cycles(0.2) == 640_000  # (1.5 × 0.2 + 0.02) ms at ~2 GHz
 
 
 def test_work_outside_the_forwards_stream_is_what_host_and_kernel_side_cannot_explain():
     # honest: launched after ~20 µs of host time, then 150 µs of kernel, both seen
-    assert not measure._outside_work(net_ms=0.17, host_ms=0.03, kernel_ms=0.15)
+    assert not timing._outside_work(net_ms=0.17, host_ms=0.03, kernel_ms=0.15)
     # a few µs of disagreement between medians is not work: 5% of the kernel side, at least 5 µs
-    assert not measure._outside_work(net_ms=0.03 + 0.15 + 0.0074, host_ms=0.03, kernel_ms=0.15)
-    assert not measure._outside_work(net_ms=0.021 + 0.002 + 0.0049, host_ms=0.021, kernel_ms=0.002)
+    assert not timing._outside_work(net_ms=0.03 + 0.15 + 0.0074, host_ms=0.03, kernel_ms=0.15)
+    assert not timing._outside_work(net_ms=0.021 + 0.002 + 0.0049, host_ms=0.021, kernel_ms=0.002)
     # 65 µs of work on a stream the forward never joined: its own stream saw 1.5 µs
-    assert measure._outside_work(net_ms=0.078, host_ms=0.024, kernel_ms=0.0015)
-    assert measure._outside_work(net_ms=0.03 + 0.15 + 0.008, host_ms=0.03, kernel_ms=0.15)
+    assert timing._outside_work(net_ms=0.078, host_ms=0.024, kernel_ms=0.0015)
+    assert timing._outside_work(net_ms=0.03 + 0.15 + 0.008, host_ms=0.03, kernel_ms=0.15)
 
 
 def test_how_precisely_a_median_must_be_known_is_the_operators_choice_within_bounds(monkeypatch):
@@ -92,7 +92,7 @@ def test_how_precisely_a_median_must_be_known_is_the_operators_choice_within_bou
 def test_spin_waits_change_nothing_off_cuda():
     with timinghost.SpinWaits(torch.device("cpu")) as waits:
         assert waits.mode == "default"
-    stats = measure.time_callable(torch.neg, [torch.randn(8)], [[torch.randn(8)]], torch.device("cpu"),
+    stats = timing.time_callable(torch.neg, [torch.randn(8)], [[torch.randn(8)]], torch.device("cpu"),
                                   budget_s=0.05, max_iters=10)
     assert stats["host_waits"] == "default"
     assert stats["host_cpus"] and set(stats["host_cpus"]) <= os.sched_getaffinity(0)  # where the timing ran
@@ -111,9 +111,9 @@ def test_a_cuda_timing_spins_while_it_waits_and_gives_the_context_its_flags_back
         assert timinghost.context_sched_flags() == timinghost.CU_CTX_SCHED_SPIN
         torch.cuda.synchronize()
     assert timinghost.context_sched_flags() == before
-    stats = measure.time_callable(torch.neg, [x], [[torch.randn_like(x)]], device, budget_s=0.05, max_iters=50)
+    stats = timing.time_callable(torch.neg, [x], [[torch.randn_like(x)]], device, budget_s=0.05, max_iters=50)
     assert stats["host_waits"] == "spin" and timinghost.context_sched_flags() == before
-    stats = measure.time_callable(torch.neg, [x], [[torch.randn_like(x)]], device, budget_s=0.05, max_iters=50,
+    stats = timing.time_callable(torch.neg, [x], [[torch.randn_like(x)]], device, budget_s=0.05, max_iters=50,
                                   spin_waits=False)  # KERNELARENA_TIMING_SPIN=0
     assert stats["host_waits"] == "default" and timinghost.context_sched_flags() == before
 
@@ -124,10 +124,10 @@ def test_a_gpu_bound_forward_is_timed_on_its_stream_and_work_off_it_end_to_end()
     device = torch.device("cuda")
     x = torch.randn(1 << 24, device=device)  # 64 MB each way: tens of microseconds of real work
     rotations = [[torch.randn_like(x)]]
-    stats = measure.time_callable(torch.neg, [x], rotations, device, budget_s=0.2, max_iters=200)
+    stats = timing.time_callable(torch.neg, [x], rotations, device, budget_s=0.2, max_iters=200)
     assert stats["timed"] == "kernel side", stats
     assert stats["median_ms"] == stats["gpu_median_ms"] > stats["host_median_ms"] > 0
-    assert stats["e2e_iterations"] == stats["iterations"] // measure.ROUND_TRIP_EVERY > 0
+    assert stats["e2e_iterations"] == stats["iterations"] // timing.ROUND_TRIP_EVERY > 0
     assert 0 < stats["round_trip_ms"] < stats["e2e_median_ms"]
     assert stats["gpu_median_ms"] < stats["e2e_median_ms"]  # the host's latency is left out
 
@@ -139,7 +139,7 @@ def test_a_gpu_bound_forward_is_timed_on_its_stream_and_work_off_it_end_to_end()
             out = torch.neg(t)
         return out
 
-    hidden = measure.time_callable(off_stream, [x], rotations, device, budget_s=0.2, max_iters=200)
+    hidden = timing.time_callable(off_stream, [x], rotations, device, budget_s=0.2, max_iters=200)
     assert hidden["timed"] == "end to end", hidden
     assert hidden["gpu_median_ms"] < 0.5 * stats["gpu_median_ms"]  # the forward's own stream saw nothing
     assert hidden["median_ms"] == hidden["net_median_ms"] >= 0.8 * stats["gpu_median_ms"]  # the reward did
@@ -173,10 +173,10 @@ def test_a_forward_that_tells_the_end_to_end_iterations_apart_misses_on_their_ow
             answers[key] = work(t)
         return answers[key]
 
-    fooled = measure.time_callable(sly, [x], rotations, device, budget_s=0.2, max_iters=200)
+    fooled = timing.time_callable(sly, [x], rotations, device, budget_s=0.2, max_iters=200)
     assert fooled["timed"] != "end to end"  # shared input sets: the cache answers every end-to-end iteration
     answers.clear()
-    stats = measure.time_callable(sly, [x], rotations, device, budget_s=0.2, max_iters=200, e2e_rotations=2)
+    stats = timing.time_callable(sly, [x], rotations, device, budget_s=0.2, max_iters=200, e2e_rotations=2)
     assert len(stats["kept_outputs"]) == 5  # the end-to-end iterations' outputs are kept too
     for kept, (t,) in zip(stats["kept_outputs"], rotations):
         torch.testing.assert_close(kept[0], work(t))
@@ -191,7 +191,7 @@ def test_a_forward_that_tells_the_end_to_end_iterations_apart_misses_on_their_ow
 def test_a_timing_can_be_held_to_some_cpus_and_gets_its_own_back():
     mine = os.sched_getaffinity(0)
     one = min(mine)
-    stats = measure.time_callable(torch.neg, [torch.randn(8)], [[torch.randn(8)]], torch.device("cpu"),
+    stats = timing.time_callable(torch.neg, [torch.randn(8)], [[torch.randn(8)]], torch.device("cpu"),
                                   budget_s=0.05, max_iters=60, cpus=[one])
     assert stats["host_cpus"] == [one]
     assert os.sched_getaffinity(0) == mine
