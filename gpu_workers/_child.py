@@ -568,8 +568,8 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
 _ROLES = {"compile": _role_compile, "reference": _role_reference, "candidate": _role_candidate}
 # Imported while the child waits for its setup (a spare, or a child started early), not after it
 # arrives (no candidate code runs before).
-_PRELOAD = {"compile": ("fastbuild", "tasks"), "reference": ("measure", "tasks"),
-            "candidate": ("measure", "tasks", "guard", "fastbuild")}
+_PRELOAD = {"compile": ("fastbuild", "tasks"), "reference": ("measure", "timing", "tasks"),
+            "candidate": ("measure", "timing", "tasks", "guard", "fastbuild")}
 
 
 def _preload(role: str) -> None:
