@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from . import sandbox
-from .buildcache import pch_dir
+from .buildcache import pch_dir, pch_enabled
 from .hardware import cuda_arch_list, visible_device
 from .schema import EvalRequest
 
@@ -93,7 +93,7 @@ def build_context(request: EvalRequest, hardware: dict[str, Any]) -> BuildContex
     if not needs_build(request.kernel_source):
         return BuildContext(None, None)
     ext = extension_dir(request.kernel_source, request.device, cuda_arch_list(hardware))
-    use_pch = os.environ.get("KERNELARENA_PCH", "1") != "0" and "load_inline" in request.kernel_source
+    use_pch = pch_enabled() and "load_inline" in request.kernel_source
     # never waited for here: only a fallback plain build would use it (a worker's warm-up builds it)
     return BuildContext(ext, pch_dir(cache_root(), request.device, wait=False) if use_pch else None)
 

@@ -65,6 +65,11 @@ def pch_flags(device: str) -> list[str]:
     return flags
 
 
+def pch_enabled() -> bool:
+    """``KERNELARENA_PCH=0`` turns the precompiled header off (builds then run as plain ``load_inline``)."""
+    return os.environ.get("KERNELARENA_PCH", "1") != "0"
+
+
 _building: dict[Path, threading.Thread] = {}  # this process's background header builds, by folder
 _building_lock = threading.Lock()
 

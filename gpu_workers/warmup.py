@@ -23,12 +23,12 @@ def warm_up(device: str, gpu_index: int | None = None) -> dict[str, float]:
     """Seconds each step took: ``probe`` (the GPU or CPU facts), ``compile_child`` (the zygote, a
     compile child and its spare, the bridge), ``pch`` (torch's header precompiled for a fallback plain
     build; ``KERNELARENA_PCH=0`` skips it). Raises RuntimeError when a step fails."""
-    from . import build
+    from . import build, buildcache
     from .hardware import hardware_info
     from .schema import EvalRequest
 
     steps: dict[str, float] = {}
-    pch = os.environ.get("KERNELARENA_PCH", "1") != "0"
+    pch = buildcache.pch_enabled()
     if pch:  # built on a thread meanwhile: it and the bridge are each one compiler on one core
         build.pch_dir(build.cache_root(), device, wait=False)
     started = time.monotonic()
