@@ -185,10 +185,11 @@ def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count
     kernel_stats = [r.timing_stats.get("kernel") or {} for r in results]
     iterations = sorted(int(k.get("iterations") or 0) for k in kernel_stats)
     spun = sum(1 for k in kernel_stats if k.get("host_waits") == "spin")
-    places: dict[str, list[float]] = {}  # the timing's host CPUs against the GPU's NUMA node: end-to-end medians
+    places: dict[str, list[float]] = {}  # the timing's host CPUs against the GPU's NUMA node: the reward's medians
     for r, k in zip(results, kernel_stats):
         if k.get("median_ms"):
             places.setdefault(placement(r), []).append(float(k["median_ms"]))
+
     def middle(key: str) -> str:  # the median over candidates of one timing figure
         values = sorted(float(k[key]) for k in kernel_stats if k.get(key))
         return f"{values[len(values) // 2]:.4f}" if values else "nan"

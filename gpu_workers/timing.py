@@ -208,16 +208,18 @@ def time_callable(
         host_times.append((host1 - host0) * 1e3)
         round_trips.append(_round_trip(device))
 
-    def known(check: Callable[[Sequence[float]], bool]) -> bool:
-        """Whether ``check`` holds for the times and, on CUDA, for the host times where they may be the
-        larger (near the kernel side or above it); never before MIN_E2E end-to-end iterations."""
-        if not check(times):
+    def known(check: Callable[[Sequence[float], int], bool]) -> bool:
+        """Whether ``check(series, least)`` holds for the times and, on CUDA, for the host times (one
+        per end-to-end iteration) where they may be the larger (near the kernel side or above it);
+        never before MIN_E2E end-to-end iterations."""
+        if not check(times, SETTLE_MIN_ITERS):
             return False
         if not cuda:
             return True
         if len(host_times) < MIN_E2E:
             return False
-        return statistics.median(host_times) < 0.8 * statistics.median(times) or check(host_times)
+        return (statistics.median(host_times) < 0.8 * statistics.median(times)
+                or check(host_times, SETTLE_MIN_ITERS // ROUND_TRIP_EVERY))
 
     waits = SpinWaits(device, enabled=spin_waits)
     with waits, TimingCpus(cpus):
@@ -259,11 +261,10 @@ def time_callable(
             if iteration >= max(min_iters, len(main)):
                 if elapsed >= budget_s:
                     break
-                if iteration >= 20 and known(lambda t: _spread(t) <= target_spread):
+                if iteration >= 20 and known(lambda series, _least: _spread(series) <= target_spread):
                     break
                 if iteration % SETTLE_EVERY == 0 and known(
-                        lambda t: _median_settled(t, settle_within, resolution,
-                                                  SETTLE_MIN_ITERS if t is times else SETTLE_MIN_ITERS // ROUND_TRIP_EVERY)):
+                        lambda series, least: _median_settled(series, settle_within, resolution, least)):
                     break
         synchronize(device)  # the work of a forward that returned early is over before the outputs move
         if cuda:  # every end-to-end input set timed (and its output kept) at least once
