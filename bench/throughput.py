@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import statistics
 import sys
 import time
 from collections import Counter
@@ -93,7 +94,7 @@ def main() -> int:
     parser.add_argument("--zygote", choices=["on", "off", "both"], default="on",
                         help="children forked from the zygote, started with python -m, or both side by side")
     parser.add_argument("--no-warm-up", dest="warm_up", action="store_false",
-                        help="skip the worker's warm-up (probe, zygote, compile child, bridge) before the clock: "
+                        help="skip the worker's warm-up (probe, zygote, compile child, bridge, reference children) before the clock: "
                              "the first round then pays for it, as a worker that never warmed up would")
     args = parser.parse_args()
     if args.warm_up and args.pool == "local" and args.zygote != "both":  # Ray actors warm themselves as they start
@@ -101,7 +102,7 @@ def main() -> int:
 
         os.environ["KERNELARENA_ZYGOTE"] = "1" if args.zygote == "on" else "0"
         started = time.perf_counter()
-        steps = warm_up(args.device, 0 if args.device == "cuda" else None)
+        steps = warm_up(args.device, 0 if args.device == "cuda" else None, references=max(args.workers))
         print(f"worker warm-up before the clock, as a worker does once when it starts: "
               f"{time.perf_counter() - started:.1f} s ({', '.join(f'{k} {v:.1f} s' for k, v in steps.items())})",
               flush=True)
@@ -195,6 +196,10 @@ def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count
         return f"{values[len(values) // 2]:.4f}" if values else "nan"
 
     timed = Counter(k.get("timed", "?") for k in kernel_stats)
+    uncovered = [int(k.get("first_sights_uncovered") or 0) for k in kernel_stats]
+    spent = [r.timing_stats.get("cpu_s") or {} for r in results]
+    who = sorted({k for s in spent for k in s}, key=lambda k: (k == "total", k))
+    cpu_by_who = ", ".join(f"{k} {statistics.median(float(s.get(k, 0.0)) for s in spent):.2f}" for k in who)
     compile_s = sorted((r.compile_ms or 0) / 1e3 for r in results if r.compile_ms)
     median_compile = compile_s[len(compile_s) // 2] if compile_s else 0.0
     occupancy = ", ".join(f"GPU {str(g)[:12]}: held {held / elapsed:.0%} of the wall time (over 100%: work overlapped), "
@@ -204,7 +209,9 @@ def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count
     print(f"  where an evaluation's time went (median seconds from its start; {_pauses(results)}): "
           f"{_timeline_medians(results)}; timed iterations per candidate: median "
           f"{iterations[len(iterations) // 2] if iterations else 0} ({spun} of {len(results)} spun while waiting on "
-          f"the GPU); medians over candidates: the reward's {middle('median_ms')} ms ({dict(timed)}), kernel side "
+          f"the GPU; the host outlasted the first sights' spin {sum(uncovered)} times, in "
+          f"{sum(1 for u in uncovered if u)} candidates); medians over candidates: the reward's "
+          f"{middle('median_ms')} ms ({dict(timed)}), kernel side "
           f"{middle('gpu_median_ms')} ms, host {middle('host_median_ms')} ms per call, end to end "
           f"{middle('e2e_median_ms')} ms (an empty iteration {middle('round_trip_ms')} ms); timed on the GPU's NUMA node: "
           + (", ".join(f"{where} {len(v)} (the reward's {sorted(v)[len(v) // 2]:.4f} ms)" for where, v in sorted(places.items()))
@@ -214,15 +221,13 @@ def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count
               f"{_timeline_medians(results[workers:])}", flush=True)
     print(f"{label}: {count} candidates in {elapsed:.1f} s = {rate:.1f}/min{steady_text} {dict(statuses)}; "
           f"median compile {median_compile:.1f} s; {occupancy or 'no GPU slot'}; CPU {cpu_per_eval:.1f} busy core-s "
-          f"per evaluation (the whole machine's)", flush=True)
+          f"per evaluation (the whole machine's); by who, median core-s: {cpu_by_who or 'not recorded'}", flush=True)
     return rate, steady
 
 
 def _timeline_medians(results: list) -> str:
     """For each timeline mark that every evaluation reached (its first occurrence), the median
     second at which it came, in that order."""
-    import statistics
-
     firsts: list[dict[str, float]] = []
     for r in results:
         seen: dict[str, float] = {}

@@ -581,7 +581,8 @@ def _preload(role: str) -> None:
 
 def _warm(setup: dict[str, Any], out_fd: int) -> None:
     """Make the CUDA context before the setup comes (the parent holds the GPU shared meanwhile) and
-    say so: the context is then ready when the candidate's turn comes. No task or candidate code."""
+    say so: the context is then ready when the candidate's (or a kept reference child's first
+    evaluation's) turn comes. No task or candidate code."""
     import torch
 
     _device({"device": setup["warm"]})
@@ -611,7 +612,7 @@ def main(argv: list[str]) -> int:
     import torch  # noqa: F401 - before the setup arrives: the parent may hold it until the GPU is free
     _preload(role)
     setup = channel.read_message(in_fd)
-    if role == "candidate" and "warm" in setup:
+    if role in ("candidate", "reference") and "warm" in setup:
         _warm(setup, out_fd)
         setup = channel.read_message(in_fd)
     if role == "compile":

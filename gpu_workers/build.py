@@ -83,19 +83,23 @@ def threads_for(request: EvalRequest) -> int:
 
 @dataclass
 class BuildContext:
-    """Where a candidate's extensions live and which precompiled header serves them."""
+    """Where a candidate's extensions live and which precompiled headers serve them."""
 
     ext_dir: Path | None
-    pch: Path | None
+    pch: Path | None  # torch's header (a fallback plain build)
+    lite_pch: Path | None = None  # the light build's stand-in header
 
 
 def build_context(request: EvalRequest, hardware: dict[str, Any]) -> BuildContext:
     if not needs_build(request.kernel_source):
         return BuildContext(None, None)
     ext = extension_dir(request.kernel_source, request.device, cuda_arch_list(hardware))
-    use_pch = pch_enabled() and "load_inline" in request.kernel_source
-    # never waited for here: only a fallback plain build would use it (a worker's warm-up builds it)
-    return BuildContext(ext, pch_dir(cache_root(), request.device, wait=False) if use_pch else None)
+    if not (pch_enabled() and "load_inline" in request.kernel_source):
+        return BuildContext(ext, None)
+    # never waited for here: a header not built yet is built in the background (a worker's warm-up
+    # builds both), and this build goes without
+    return BuildContext(ext, pch_dir(cache_root(), request.device, wait=False),
+                        pch_dir(cache_root(), request.device, wait=False, kind="lite"))
 
 
 def child_env(request: EvalRequest, hardware: dict[str, Any], build: BuildContext | None, *,
@@ -106,6 +110,8 @@ def child_env(request: EvalRequest, hardware: dict[str, Any], build: BuildContex
         env["TORCH_EXTENSIONS_DIR"] = str(build.ext_dir)
     if build is not None and build.pch is not None:
         env["CPATH"] = str(build.pch)
+    if build is not None and build.lite_pch is not None:
+        env["KERNELARENA_LITE_PCH"] = str(build.lite_pch)
     env["MAX_JOBS"] = str(request.extra.get("max_jobs", os.cpu_count() or 1))
     if request.device == "cuda":
         arch = cuda_arch_list(hardware)
@@ -132,6 +138,7 @@ class CompileOutcome:
     ms: float | None
     deferred: bool  # the import failed for a reason other than a build: the run phase will tell
     log: str
+    cpu_s: float | None = None  # the compile child's CPU seconds, its compilers' included
 
 
 STALE_BATON_S = 120.0
@@ -188,8 +195,8 @@ def compile_candidate(request: EvalRequest, hardware: dict[str, Any], build: Bui
 # exactly one candidate; a spare has run no candidate code. What differs per build (extensions folder,
 # precompiled header, architectures, jobs) travels in the setup and is applied before the candidate's
 # code runs.
-_PER_BUILD_ENV = ("TORCH_EXTENSIONS_DIR", "CPATH", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "OMP_NUM_THREADS",
-                  "MKL_NUM_THREADS", "KERNELARENA_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
+_PER_BUILD_ENV = ("TORCH_EXTENSIONS_DIR", "CPATH", "KERNELARENA_LITE_PCH", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS",
+                  "OMP_NUM_THREADS", "MKL_NUM_THREADS", "KERNELARENA_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
                   "KERNELARENA_TOOLCHAIN_CPU", "KERNELARENA_TOOLCHAIN_CUDA")
 _SWITCHES = ("KERNELARENA_LITE", "KERNELARENA_SPLIT", "KERNELARENA_CONFINE")  # as the worker has them now
 _spares: list[tuple[int, sandbox.Child]] = []  # (the process that started it, the child)
@@ -276,10 +283,11 @@ def _run_compile_child(request: EvalRequest, hardware: dict[str, Any], build: Bu
             message = child.recv(time.monotonic() + request.compile_timeout_s, max_bytes=1 << 20)
         except sandbox.ChildError as exc:
             raise child_failure(exc, child, "compiling the kernel", request.compile_timeout_s) from None
+        cpu_s = child.cpu_seconds()
         log = ("[judge] compiled in a spare child (Python and torch already started)\n" if spare else "") + child.log_tail()
     if message.get("phase") == "compiled":
-        return CompileOutcome((time.monotonic() - started) * 1e3, False, log)
+        return CompileOutcome((time.monotonic() - started) * 1e3, False, log, cpu_s)
     error = str(message.get("error", ""))
     if message.get("build_error"):
         raise PhaseFailure("compile_error", "the kernel's extension failed to build", (log + "\n" + error)[-8000:])
-    return CompileOutcome(None, True, (log + "\n" + error)[-8000:])
+    return CompileOutcome(None, True, (log + "\n" + error)[-8000:], cpu_s)

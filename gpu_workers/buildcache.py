@@ -6,6 +6,10 @@ on ``CPATH`` for the compile and run children: ``CPATH`` folders are searched be
 ``-isystem`` folders torch passes, so GCC finds ``torch/extension.h.gch`` there and uses it when
 the build's flags match (it silently falls back to the real header, via a symlink beside it, when
 they do not). Results are identical: the same header, the same flags, the same compiler.
+
+The light build's stand-in for that header (``lite/include/torch/extension.h``: the standard
+library's headers, about 90k lines, half of a light host unit's second) is precompiled the same way
+(``kind="lite"``); ``litebuild`` puts its folder before the light headers' own.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import shutil
 import subprocess
 import sysconfig
 import threading
+from functools import lru_cache
 from pathlib import Path
 
 
@@ -27,8 +32,13 @@ def _torch_include() -> Path:
 
 
 def _compiler() -> str | None:
-    cxx = os.environ.get("CXX", "c++")
-    path = shutil.which(cxx)
+    return _gcc(os.environ.get("CXX", "c++"), os.environ.get("PATH", ""))
+
+
+@lru_cache(maxsize=8)
+def _gcc(cxx: str, search_path: str) -> str | None:
+    """The compiler's path if it is GCC (asked once per process and setting)."""
+    path = shutil.which(cxx, path=search_path or None)
     if not path:
         return None
     try:
@@ -74,14 +84,15 @@ _building: dict[Path, threading.Thread] = {}  # this process's background header
 _building_lock = threading.Lock()
 
 
-def pch_dir(cache_root: Path, device: str, *, wait: bool = True) -> Path | None:
+def pch_dir(cache_root: Path, device: str, *, wait: bool = True, kind: str = "torch") -> Path | None:
     """A folder holding ``torch/extension.h.gch`` for this toolchain, built on first use; None if
     the compiler is not GCC or the build fails (builds then run as plain ``load_inline`` does).
+    ``kind``: "torch" (torch's header) or "lite" (the light build's stand-in).
 
     With ``wait=False`` a header not built yet is built on a background thread and None comes back
-    at once: an evaluation never waits ~25 s for a header that only its fallback build would use
-    (the light build compiles without torch's headers). A worker's warm-up waits for it."""
-    place = _pch_place(cache_root, device)
+    at once: an evaluation never waits for a header (torch's takes ~25 s, and only a fallback build
+    uses it; the light one ~3 s). A worker's warm-up waits for both."""
+    place = _pch_place(cache_root, device, kind)
     if place is None:
         return None
     folder, target, compiler, header, flags = place
@@ -93,7 +104,7 @@ def pch_dir(cache_root: Path, device: str, *, wait: bool = True) -> Path | None:
         with _building_lock:
             if folder not in _building or not _building[folder].is_alive():
                 _building[folder] = threading.Thread(target=pch_dir, args=(cache_root, device),
-                                                     name="kernelarena-pch", daemon=True)
+                                                     kwargs={"kind": kind}, name="kernelarena-pch", daemon=True)
                 _building[folder].start()
         return None
     (folder / "torch").mkdir(parents=True, exist_ok=True)
@@ -118,14 +129,36 @@ def pch_dir(cache_root: Path, device: str, *, wait: bool = True) -> Path | None:
     return folder
 
 
-def _pch_place(cache_root: Path, device: str) -> tuple[Path, Path, str, Path, list[str]] | None:
+def _lite_include() -> Path:
+    return Path(__file__).resolve().parent / "lite" / "include"
+
+
+def lite_pch_flags(device: str) -> list[str]:
+    """The flags a light build gives g++ for its host unit (``litebuild.plans``), minus the extension name."""
+    return (["-I", str(_lite_include())] + pch_flags(device) + ["-fvisibility=hidden"]
+            + (["-DKA_LITE_CUDA"] if device == "cuda" else []))
+
+
+@lru_cache(maxsize=1)
+def _lite_stamp() -> str:
+    """Our light headers change with our code: their contents name the build, not their times."""
+    return hashlib.sha256(b"".join(p.read_bytes() for p in sorted(_lite_include().parent.rglob("*.h")))).hexdigest()
+
+
+def _pch_place(cache_root: Path, device: str, kind: str = "torch") -> tuple[Path, Path, str, Path, list[str]] | None:
     """Where ``pch_dir`` keeps this toolchain's header (the folder, the .gch file) and how it builds
-    it (the compiler, torch's header, the flags); None where it cannot (no GCC, no header)."""
+    it (the compiler, the header, the flags); None where it cannot (no GCC, no header)."""
     compiler = _compiler()
-    header = _torch_include() / "torch" / "extension.h"
+    if kind == "lite":
+        header = _lite_include() / "torch" / "extension.h"
+        flags = lite_pch_flags(device)
+        stamp = _lite_stamp()
+    else:
+        header = _torch_include() / "torch" / "extension.h"
+        flags = pch_flags(device)
+        stamp = str(header.stat().st_mtime_ns) if header.exists() else ""
     if compiler is None or not header.exists():
         return None
-    flags = pch_flags(device)
-    key = hashlib.sha256("\0".join([compiler, str(header), str(header.stat().st_mtime_ns), *flags]).encode())
-    folder = cache_root / "pch" / key.hexdigest()[:20]
+    key = hashlib.sha256("\0".join([compiler, str(header), stamp, *flags]).encode())
+    folder = cache_root / "pch" / (("lite-" if kind == "lite" else "") + key.hexdigest()[:20])
     return folder, folder / "torch" / "extension.h.gch", compiler, header, flags

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -88,6 +89,30 @@ class Timeline:
         self.events.append([label, round(time.monotonic() - self._started, 3)])
 
 
+class CpuUse:
+    """CPU seconds an evaluation cost, by who spent them (kept with the result: what sizes a node).
+    Children are read from /proc just after their last report (the compile child with its compilers;
+    the candidate's exit and a fresh child's fork are not in it); a reference child kept between
+    evaluations counts only what it did for this one. ``parent``: this process's threads working for
+    the evaluation (decoding the children's messages, starting children), ``judge`` the verdict."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def add(self, who: str, seconds: float | None) -> None:
+        if seconds is not None and seconds >= 0:
+            with self._lock:
+                self.seconds[who] = self.seconds.get(who, 0.0) + seconds
+
+    def to_dict(self) -> dict[str, float]:
+        with self._lock:
+            out = {k: round(v, 3) for k, v in self.seconds.items()}
+        if out:
+            out["total"] = round(sum(out.values()), 3)
+        return out
+
+
 # ---- phases ----------------------------------------------------------------------------------
 def _baseline_stats(entry: dict[str, Any]) -> dict[str, Any]:
     """A baseline's timing as a result shows it: the fastest kept sample, and every kept sample's median."""
@@ -104,8 +129,9 @@ def _task_fact_path(request: EvalRequest, hardware: dict[str, Any], profile: str
 
 
 def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | None,
-               slot: SlotUse, timeline: Timeline) -> dict[str, Any]:
+               slot: SlotUse, timeline: Timeline, cpu: CpuUse) -> dict[str, Any]:
     """Inputs, reference outputs and baseline timings from the trusted reference child."""
+    own_cpu = time.thread_time()
     seeds = {
         "init": [secrets.randbits(62) for _ in range(INIT_CONFIGS)],
         "trials": [(1 if (INIT_CONFIGS > 1 and request.trials > 1 and i == request.trials - 1) else 0, secrets.randbits(62))
@@ -129,6 +155,7 @@ def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | No
              **timing_options(hardware), "threads": threads_for(request)}
     env = child_env(request, hardware, None, hide_gpu=False)
     child, reused = refpool.borrow(env, request.memory_limit_mb)
+    child_cpu = (child.cpu_seconds() or 0.0) if reused else 0.0
     setup["serve"] = refpool.enabled()  # after its done, the child waits for the next evaluation's setup
     timeline.mark("reference: reused" if reused else "reference: started")
     clean = False
@@ -143,7 +170,10 @@ def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | No
                 raise child_failure(exc, child, "running the reference", request.run_timeout_s) from None
         clean = True
     finally:
+        after = child.cpu_seconds()
+        cpu.add("reference", after - child_cpu if after is not None else None)
         refpool.give_back(child, env, request.memory_limit_mb, clean)
+        cpu.add("parent", time.thread_time() - own_cpu)
     reference["baselines"] = baselines
     reference["seeds"] = seeds
     reference["profile"] = profile
@@ -229,9 +259,18 @@ def _spawn_candidate(request: EvalRequest, hardware: dict[str, Any], build: Buil
 
 
 def _warm_candidate(request: EvalRequest, hardware: dict[str, Any], child: sandbox.Child, slot: SlotUse,
-                    timeline: Timeline) -> None:
+                    timeline: Timeline, cpu: CpuUse) -> None:
     """The candidate child makes its CUDA context while the compile runs, holding the GPU shared (a
     context's creation is GPU work); no task or candidate code runs in it yet."""
+    own_cpu = time.thread_time()
+    try:
+        _warm(request, hardware, child, slot, timeline)
+    finally:
+        cpu.add("parent", time.thread_time() - own_cpu)
+
+
+def _warm(request: EvalRequest, hardware: dict[str, Any], child: sandbox.Child, slot: SlotUse,
+          timeline: Timeline) -> None:
     with gpu_slot(hardware, slot):
         child.send({"warm": _device_string(request)})
         try:
@@ -246,7 +285,7 @@ def _warm_candidate(request: EvalRequest, hardware: dict[str, Any], child: sandb
 
 def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, Any],
                rule_set: dict[str, Any], compile_deferred: bool, slot: SlotUse, hardware: dict[str, Any],
-               timeline: Timeline) -> tuple[judge.Evidence, str]:
+               timeline: Timeline, cpu: CpuUse) -> tuple[judge.Evidence, str]:
     """Run the candidate child and collect its observations in strict protocol order."""
     import torch
 
@@ -326,6 +365,7 @@ def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, 
                 elif phase == "done":
                     evidence.patched.extend(message.get("patched", []))
                     evidence.blocked.extend(message.get("blocked", []))
+                    cpu.add("candidate", child.cpu_seconds())
                     break
                 if phase in _PAUSE_POINTS:  # the child waits for our go; a waiting timing goes first
                     deadline += gpu.pause_point()
@@ -506,14 +546,15 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def _progress(slot: SlotUse, timeline: Timeline) -> dict[str, Any]:
+def _progress(slot: SlotUse, timeline: Timeline, cpu: CpuUse) -> dict[str, Any]:
     """Where the evaluation's time went, kept with every result that got past the static checks."""
-    return {"gpu_slot": slot.to_dict(), "timeline": timeline.events}
+    return {"gpu_slot": slot.to_dict(), "timeline": timeline.events, "cpu_s": cpu.to_dict()}
 
 
 def evaluate(request: EvalRequest) -> EvalResult:
     """Evaluate one candidate. Raises TaskError only for an unusable task file."""
     started = time.monotonic()
+    judge.limit_threads()
     rule_set = validate_rule_set(request.rule_set or default_rule_set(request.track))
     reward_cfg = resolve_reward_config(request.reward_config)
     info = validate_task_source(request.task_source)
@@ -539,6 +580,8 @@ def evaluate(request: EvalRequest) -> EvalResult:
     compile_ms, compile_log, run_log = None, "", ""
     slot = SlotUse()
     timeline = Timeline(started)
+    cpu = CpuUse()
+    own_cpu = time.thread_time()
     candidate_child: sandbox.Child | None = None
     try:
         build = build_context(request, hardware)
@@ -546,12 +589,13 @@ def evaluate(request: EvalRequest) -> EvalResult:
         # Compiling (CPU work), the reference (trusted, device work) and the candidate child's CUDA
         # context overlap.
         with ThreadPoolExecutor(max_workers=3, thread_name_prefix="ka-phase") as phases:
-            reference_job = phases.submit(_reference, request, hardware, profile, slot, timeline)
-            warm_job = (phases.submit(_warm_candidate, request, hardware, candidate_child, slot, timeline)
+            reference_job = phases.submit(_reference, request, hardware, profile, slot, timeline, cpu)
+            warm_job = (phases.submit(_warm_candidate, request, hardware, candidate_child, slot, timeline, cpu)
                         if request.device == "cuda" else None)
             try:
                 outcome = compile_candidate(request, hardware, build)
                 timeline.mark("compile: done")
+                cpu.add("compile", outcome.cpu_s)
             finally:
                 reference_error = reference_job.exception()
                 warm_error = warm_job.exception() if warm_job is not None else None
@@ -562,21 +606,24 @@ def evaluate(request: EvalRequest) -> EvalResult:
             raise warm_error
         reference = reference_job.result()
         evidence, run_log = _candidate(request, candidate_child, reference, rule_set, outcome.deferred, slot,
-                                       hardware, timeline)
+                                       hardware, timeline, cpu)
     except PhaseFailure as failure:
         logs = ({"compile_log": failure.log} if failure.status == "compile_error"
                 else {"run_log": failure.log, "compile_log": compile_log})
-        return stop(failure.status, failure.message, static, timing_stats=_progress(slot, timeline), **logs)
+        return stop(failure.status, failure.message, static, timing_stats=_progress(slot, timeline, cpu), **logs)
     except _Forged as forged:
         findings = static + ([forged.finding] if forged.finding else [])
         return stop("rejected", forged.finding.message if forged.finding else "forged result", findings,
-                    run_log=forged.log, compile_log=compile_log, timing_stats=_progress(slot, timeline))
+                    run_log=forged.log, compile_log=compile_log, timing_stats=_progress(slot, timeline, cpu))
     finally:
         if candidate_child is not None:
             candidate_child.close(wait_s=0)  # unused when an earlier phase ended the evaluation
+    judged_from = time.thread_time()
+    cpu.add("parent", judged_from - own_cpu)
     result, dynamic = _judge(request, rule_set, hardware, reference, evidence)
     timeline.mark("judge: done")
-    result.timing_stats.update(_progress(slot, timeline))
+    cpu.add("judge", time.thread_time() - judged_from)
+    result.timing_stats.update(_progress(slot, timeline, cpu))
     result.compile_ms = compile_ms
     result.compile_log = compile_log
     result.run_log = run_log

@@ -6,6 +6,8 @@ candidate child's observations (op traces, thread counts, timings) into findings
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,14 +26,39 @@ class Comparison:
     ref_rel_norm: float = 0.0  # the fp32 reference's own error against float64
 
 
+def limit_threads() -> int:
+    """Cap this process's torch intra-op threads for the judge's comparisons at
+    ``KERNELARENA_JUDGE_THREADS`` (default 1; never raised) and return the cap. A worker runs many
+    evaluations at once, each judging in its own thread; with torch's default (a thread per core)
+    every one of them would start a team of that many threads per operation, and their waits cost
+    more CPU than the comparisons themselves. Parallelism comes from the concurrent evaluations.
+    Process-wide: torch has no per-call setting, and a thread takes the cap when it first runs an op."""
+    try:
+        cap = max(1, int(os.environ.get("KERNELARENA_JUDGE_THREADS", "1")))
+    except ValueError:
+        cap = 1
+    if torch.get_num_threads() > cap:
+        torch.set_num_threads(cap)
+    return cap
+
+
 _CHUNK = 1 << 18  # elements per pass: float64 temporaries stay in cache instead of streaming 10× through memory
+
+
+def _finite(x: torch.Tensor) -> bool:
+    """Whether every value is finite, in one pass: a sum is finite only if every term is (NaN and
+    infinities carry through it); a finite sum that overflowed says no, and the caller checks
+    element by element."""
+    return x.numel() == 0 or math.isfinite(float(x.sum()))
 
 
 def _compare_real(c: torch.Tensor, r: torch.Tensor, r64: torch.Tensor | None, label: str, atol: float, rtol: float,
                   result: Comparison) -> Comparison | None:
     """One pass over the output in cache-sized chunks: NaN/Inf, max error, tolerance, and the sums of
-    squares for the error against float64. Failures are reported in the same order as before:
-    non-finite values first, then the tolerance, then the float64 error."""
+    squares for the error against float64. Failures are reported in this order: non-finite values
+    first, then the tolerance (with the worst element), then the float64 error. A chunk whose values
+    are all finite (nearly always) takes the short way: no masks, and the worst element is looked for
+    only where the tolerance failed."""
     cf, rf = c.reshape(-1), r.reshape(-1)
     wf = r64.reshape(-1) if r64 is not None and r64.numel() == r.numel() else None
     bad = 0
@@ -42,34 +69,43 @@ def _compare_real(c: torch.Tensor, r: torch.Tensor, r64: torch.Tensor | None, la
     for start in range(0, rf.numel(), _CHUNK):
         cd = cf[start:start + _CHUNK].double()
         rd = rf[start:start + _CHUNK].double()
-        finite_r = torch.isfinite(rd)
-        all_finite = bool(finite_r.all())
-        bad += int((~torch.isfinite(cd) & finite_r).sum())
-        diff = (cd - rd).abs_()
-        if not all_finite:
-            diff.masked_fill_(~finite_r, 0.0)
+        diff = cd - rd
+        all_finite = _finite(diff) and _finite(rd)  # both finite: a finite candidate minus a finite reference
+        if all_finite:
+            diff.abs_()
+            tolerance = rd.abs().mul_(rtol).add_(atol)
+            chunk_outside = bool((diff > tolerance).any())
+        else:
+            finite_r = torch.isfinite(rd)
+            bad += int((~torch.isfinite(cd) & finite_r).sum())
+            diff.abs_().masked_fill_(~finite_r, 0.0)
             same = (cd == rd) | (torch.isnan(cd) & torch.isnan(rd))
             outside |= bool((~finite_r & ~same).any())
+            tolerance = rd.abs().mul_(rtol).add_(atol)
+            chunk_outside = True  # the worst element is looked for below, NaN differences counted
         if diff.numel():
             max_abs = max(max_abs, float(diff.max()))
-        excess = diff - rd.abs().mul_(rtol).add_(atol)
-        if not all_finite:
-            excess.masked_fill_(~finite_r, -float("inf"))
-        top = int(torch.argmax(excess)) if excess.numel() else 0
-        top_excess = float(excess[top]) if excess.numel() else -float("inf")
-        outside |= top_excess > 0 or bool(torch.isnan(excess).any())
-        if top_excess > worst_excess:
-            worst_excess, worst_at = top_excess, start + top
+        if chunk_outside and diff.numel():
+            excess = diff - tolerance
+            if not all_finite:
+                excess.masked_fill_(~finite_r, -float("inf"))
+            top = int(torch.argmax(excess))
+            top_excess = float(excess[top])
+            outside |= top_excess > 0 or bool(torch.isnan(excess).any())
+            if top_excess > worst_excess:
+                worst_excess, worst_at = top_excess, start + top
         if wf is not None:
             wd = wf[start:start + _CHUNK]
-            finite_w = torch.isfinite(wd)
-            if not bool(finite_w.all()):
+            if not _finite(wd):
+                finite_w = torch.isfinite(wd)
                 wd = torch.where(finite_w, wd, 0.0)
                 cd = torch.where(finite_w, cd, 0.0)
                 rd = torch.where(finite_w, rd, 0.0)
-            sq_ref += float(wd.square().sum())
-            sq_err += float((cd - wd).square_().sum())
-            sq_own += float((rd - wd).square_().sum())
+            sq_ref += float(torch.dot(wd, wd))
+            err = cd - wd
+            sq_err += float(torch.dot(err, err))
+            err = torch.sub(rd, wd, out=err)
+            sq_own += float(torch.dot(err, err))
     if bad:
         return Comparison(False, f"{label} has {bad} NaN/Inf values where the reference is finite")
     result.max_abs = max(result.max_abs, max_abs)

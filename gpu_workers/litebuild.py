@@ -120,7 +120,7 @@ def plans(arguments: dict[str, Any]) -> list[LitePlan]:
         cuda_cflags += ["-DKA_LITE_CUDA", "-Xcompiler", "-fvisibility=hidden"]
     common = dict(arguments)
     common.update(functions=None, extra_cflags=cflags, extra_cuda_cflags=cuda_cflags,
-                  extra_include_paths=[str(INCLUDE), *(arguments.get("extra_include_paths") or [])],
+                  extra_include_paths=[*_precompiled(), str(INCLUDE), *(arguments.get("extra_include_paths") or [])],
                   no_implicit_headers=True, is_python_module=False, with_cuda=with_cuda)
     root = Path(os.environ["TORCH_EXTENSIONS_DIR"])
     out: list[LitePlan] = []
@@ -144,6 +144,15 @@ def plans(arguments: dict[str, Any]) -> list[LitePlan]:
                 "\n".join(["#include <torch/extension.h>", *host_parts, split.host, binding]), split.device)
     add("light", "kernelarena-lite", host, device if device_parts else None)
     return out
+
+
+def _precompiled() -> list[str]:
+    """The folder of the light ``torch/extension.h`` precompiled for this toolchain (``buildcache``,
+    ``kind="lite"``), searched before the light headers: g++ takes the ``.gch`` where the build's
+    flags match and the header itself (a link beside it) where they do not; nvcc's units see only
+    the link. Empty where none is ready (``KERNELARENA_LITE_PCH`` names it)."""
+    folder = os.environ.get("KERNELARENA_LITE_PCH", "")
+    return [folder] if folder and (Path(folder) / "torch" / "extension.h.gch").is_file() else []
 
 
 def load(lite: LitePlan, load_inline: Any) -> types.ModuleType:

@@ -109,7 +109,7 @@ def _actor_class(ray: Any, gpus: int, concurrency: int) -> Any:
             if gpus:  # the zygote and the bridge before the first evaluation, not during it
                 from .warmup import warm_up_in_background
 
-                warm_up_in_background("cuda", 0, who="Ray evaluator actor")
+                warm_up_in_background("cuda", 0, who="Ray evaluator actor", references=concurrency)
 
         def evaluate(self, payload: dict[str, Any]) -> dict[str, Any]:
             request = EvalRequest.from_dict(payload)

@@ -56,6 +56,38 @@ def borrow(env_extra: dict[str, str], memory_limit_mb: int) -> tuple[sandbox.Chi
     return sandbox.spawn("reference", env_extra=env_extra, memory_limit_mb=memory_limit_mb), False
 
 
+def prestart(env_extra: dict[str, str], memory_limit_mb: int, count: int, device: str,
+             hardware: dict[str, Any], timeout_s: float = 120.0) -> int:
+    """Start ``count`` reference children and keep them idle for this worker process's first
+    evaluations (a worker's warm-up): each makes its CUDA context on ``device`` (a device string, or
+    "cpu") with the GPU held shared, and runs no task code. Returns how many are kept; a child that
+    fails to warm is closed."""
+    import time
+
+    from .gpuslot import SlotUse, gpu_slot
+
+    if not enabled() or count <= 0:
+        return 0
+    children = [sandbox.spawn("reference", env_extra=env_extra, memory_limit_mb=memory_limit_mb)
+                for _ in range(count)]
+    kept = 0
+    with gpu_slot(hardware, SlotUse()):
+        for child in children:
+            child.send({"warm": device})
+        deadline = time.monotonic() + timeout_s
+        for child in children:
+            try:
+                warm = child.recv(deadline).get("phase") == "warm"
+            except sandbox.ChildError:
+                warm = False
+            if warm:
+                give_back(child, env_extra, memory_limit_mb, clean=True)
+                kept += 1
+            else:
+                _retire(child)
+    return kept
+
+
 def give_back(child: sandbox.Child, env_extra: dict[str, str], memory_limit_mb: int, clean: bool) -> None:
     """After the evaluation: keep a child that ended cleanly for the next one, close any other."""
     uses = _USES.get(id(child), 0) + 1

@@ -80,6 +80,18 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """CPU seconds (user and system) a live process has used so far, with those of the descendants
+    it has already reaped (a compile child's compilers); None once it is gone or on a system without
+    /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {key: os.environ[key] for key in _ENV_KEEP if key in os.environ}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
@@ -236,6 +248,10 @@ class Child:
                 name = str(-code)
             return f"the {self.role} process was killed by signal {name}"
         return f"the {self.role} process exited early with code {code} before the evaluation finished"
+
+    def cpu_seconds(self) -> float | None:
+        """The child's CPU seconds so far (see ``cpu_seconds``); None once it has exited."""
+        return None if self.proc.poll() is not None else cpu_seconds(self.proc.pid)
 
     def alive(self) -> bool:
         """Not closed by us, its channel open, its process running."""

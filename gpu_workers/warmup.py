@@ -19,18 +19,21 @@ from typing import Any
 WARM_UP_SOURCE = "# the worker's warm-up: no candidate code here; the compile child loads or builds the bridge\n"
 
 
-def warm_up(device: str, gpu_index: int | None = None) -> dict[str, float]:
+def warm_up(device: str, gpu_index: int | None = None, references: int = 0) -> dict[str, float]:
     """Seconds each step took: ``probe`` (the GPU or CPU facts), ``compile_child`` (the zygote, a
-    compile child and its spare, the bridge), ``pch`` (torch's header precompiled for a fallback plain
-    build; ``KERNELARENA_PCH=0`` skips it). Raises RuntimeError when a step fails."""
-    from . import build, buildcache
+    compile child and its spare, the bridge), ``references`` (with ``references`` > 0: that many
+    reference children started, their CUDA contexts made, kept for the first evaluations: as many
+    as the worker runs at once), ``pch`` (the light build's header and torch's, for a fallback plain
+    build, precompiled; ``KERNELARENA_PCH=0`` skips them). Raises RuntimeError when a step fails."""
+    from . import build, buildcache, refpool
     from .hardware import hardware_info
     from .schema import EvalRequest
 
     steps: dict[str, float] = {}
     pch = buildcache.pch_enabled()
-    if pch:  # built on a thread meanwhile: it and the bridge are each one compiler on one core
+    if pch:  # built on threads meanwhile: they and the bridge are each one compiler on one core
         build.pch_dir(build.cache_root(), device, wait=False)
+        build.pch_dir(build.cache_root(), device, wait=False, kind="lite")
     started = time.monotonic()
     hardware = hardware_info(device, gpu_index)
     steps["probe"] = time.monotonic() - started
@@ -43,20 +46,27 @@ def warm_up(device: str, gpu_index: int | None = None) -> dict[str, float]:
     if outcome.ms is None:
         raise RuntimeError(f"the warm-up compile child failed:\n{outcome.log[-4000:]}")
     steps["compile_child"] = time.monotonic() - mark
-    if pch:  # the fallback plain build's header (once per toolchain): what is left of its build
+    if references > 0:  # the same environment an evaluation's reference child gets (evaluator._reference)
         mark = time.monotonic()
+        refpool.prestart(build.child_env(request, hardware, None, hide_gpu=False), request.memory_limit_mb,
+                         references, "cuda:0" if device == "cuda" else "cpu", hardware)
+        steps["references"] = time.monotonic() - mark
+    if pch:  # the headers (once per toolchain): what is left of their builds
+        mark = time.monotonic()
+        build.pch_dir(build.cache_root(), device, kind="lite")
         build.pch_dir(build.cache_root(), device)
         steps["pch"] = time.monotonic() - mark
     return steps
 
 
-def warm_up_in_background(device: str, gpu_index: int | None = None, who: str = "worker") -> threading.Thread:
+def warm_up_in_background(device: str, gpu_index: int | None = None, who: str = "worker",
+                          references: int = 0) -> threading.Thread:
     """``warm_up`` on a daemon thread; what it did (or why it could not) goes to stderr. Evaluations
     may start meanwhile: they share what it has made so far (the zygote and bridge have their locks)."""
 
     def run() -> None:
         try:
-            steps = warm_up(device, gpu_index)
+            steps = warm_up(device, gpu_index, references)
             done = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in steps.items())
             print(f"[kernelarena] {who} {os.getpid()} warmed up for {device}: {done}", file=sys.stderr, flush=True)
         except Exception as exc:  # noqa: BLE001 - a warm-up that fails leaves the first evaluation to do it

@@ -26,7 +26,7 @@ def _warm_up_evaluator(who: str) -> None:
         print(f"[kernelarena] no warm-up: {exc}", file=sys.stderr, flush=True)
         return
     if device:
-        warm_up_in_background(device, who=who)
+        warm_up_in_background(device, who=who, references=1)  # a prefork process runs one evaluation at a time
 
 
 @worker_process_init.connect

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -140,7 +141,9 @@ def test_memory_bomb_is_stopped_by_the_limit(fault_results):
 
 def test_the_compile_child_runs_below_the_rest_of_the_evaluation_and_children_inherit_a_frozen_heap(monkeypatch):
     monkeypatch.setenv("KERNELARENA_COMPILE_NICE", "7")
-    result = evaluate(_request("reports_process.py", trials=2, timing_budget_s=0.05))
+    # a source never compiled before (a kept cache would skip the compile child)
+    source = (FAULTS / "reports_process.py").read_text() + f"\n# run {time.time_ns()}\n"
+    result = evaluate(_request("reports_process.py", kernel_source=source, trials=2, timing_budget_s=0.05))
     assert result.status == "passed", result.message
     base = os.getpriority(os.PRIO_PROCESS, 0)
     assert f"module run at niceness {min(base + 7, 19)}" in result.compile_log  # and the compilers it starts

@@ -59,3 +59,23 @@ def test_complex_outputs_compare_both_parts():
     z = torch.complex(torch.randn(64), torch.randn(64))
     assert judge.compare_outputs([z.clone()], [z], None, 1e-3, 1e-3).ok
     assert not judge.compare_outputs([z.conj().resolve_conj()], [z], None, 1e-3, 1e-3).ok
+
+
+def test_values_whose_sum_overflows_are_still_compared_one_by_one():
+    r = torch.full((N,), 1e307, dtype=torch.float64)  # every value finite, their sum is not
+    r[7] = 3e307
+    assert not judge._finite(r[: judge._CHUNK])
+    assert judge.compare_outputs([r.clone()], [r], [r.clone()], 1e-2, 1e-2).ok
+    c = r.clone()
+    c[judge._CHUNK + 9] *= 1.5
+    got = judge.compare_outputs([c], [r], None, 1e-2, 1e-2)
+    assert not got.ok and f"worst at flat index {judge._CHUNK + 9}" in got.reason
+
+
+def test_an_infinite_candidate_value_is_counted_where_the_reference_is_finite():
+    r = _ref()
+    c = r.clone()
+    c[judge._CHUNK + 2] = float("inf")
+    c[3] = -float("inf")
+    got = judge.compare_outputs([c], [r], [r.double()], 1e-2, 1e-2)
+    assert not got.ok and got.reason == "the output has 2 NaN/Inf values where the reference is finite"

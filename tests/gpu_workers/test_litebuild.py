@@ -123,6 +123,33 @@ def test_a_cpp_extension_builds_light_and_computes_what_pytorch_computes(lite_lo
     assert ext.scaled_relu.__doc__.strip().endswith("scaled relu")
 
 
+def test_the_light_header_precompiled_once_serves_a_build_and_changes_nothing_in_it(lite_load_inline, monkeypatch,
+                                                                                   kernelarena_cache_dir):
+    from gpu_workers import buildcache
+
+    folder = buildcache.pch_dir(kernelarena_cache_dir, "cpu", kind="lite")  # as a worker's warm-up builds it
+    if folder is None:
+        pytest.skip("needs GCC")
+    monkeypatch.setenv("KERNELARENA_LITE_PCH", str(folder))
+    name = _unique("lite_pch")
+    ext = lite_load_inline(name=name, cpp_sources=API_TOUR)
+    x = torch.randn(64)
+    assert torch.equal(ext.scaled_relu(x, 2.0), torch.relu(x) * 2.0)
+    commands = subprocess.run(["ninja", "-C", str(_lite_dir(name)), "-t", "commands"], check=True,
+                              capture_output=True, text=True).stdout.splitlines()
+    unit = next(c.strip() for c in commands if " -c " in c)
+    assert unit.endswith(" -o main.o")
+    unit = unit[: -len("main.o")]
+    shown = subprocess.run(unit + "with.o -H", shell=True, cwd=_lite_dir(name), capture_output=True, text=True)
+    gch = str(folder / "torch" / "extension.h.gch")
+    assert shown.returncode == 0 and f"! {gch}" in shown.stderr.splitlines()  # g++ took the precompiled header
+    # ... and made the very object it makes from the header itself
+    without = unit.replace(f"-I{folder} ", "").replace(f"-I{folder}", "")
+    assert without != unit
+    subprocess.run(without + "without.o", shell=True, cwd=_lite_dir(name), check=True, capture_output=True)
+    assert (_lite_dir(name) / "with.o").read_bytes() == (_lite_dir(name) / "without.o").read_bytes()
+
+
 def test_the_bridge_every_light_call_goes_through_is_built_optimised(lite_load_inline):
     # torch's load_inline adds no -O of its own; at -O0 the bridge cost ~25 µs more per call that
     # allocates a tensor (bench/compile_speed.py prints the host cost of a forward call either way)

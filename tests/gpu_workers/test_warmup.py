@@ -7,20 +7,57 @@ import time
 
 import pytest
 
-from gpu_workers import build, buildcache, litebuild, warmup, zygote
+from gpu_workers import EvalRequest, build, buildcache, evaluate, litebuild, refpool, warmup, zygote
+
+TASK = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(256)]
+
+
+def get_init_inputs():
+    return []
+"""
+CANDIDATE = """
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.clamp_min(x, 0.0)
+"""
 
 
 def test_warm_up_starts_the_zygote_and_leaves_the_bridge_and_the_header_built(kernelarena_cache_dir):
-    steps = warmup.warm_up("cpu")
-    assert set(steps) == {"probe", "compile_child", "pch"} and all(s >= 0 for s in steps.values())
+    refpool.close_all()
+    steps = warmup.warm_up("cpu", references=2)
+    assert set(steps) == {"probe", "compile_child", "references", "pch"} and all(s >= 0 for s in steps.values())
+    kept = refpool.idle_pids()
+    if refpool.enabled():  # reference children started and waiting: the first evaluations take them
+        assert len(kept) == 2
+        result = evaluate(EvalRequest(task_source=TASK, kernel_source=CANDIDATE, device="cpu", track="open",
+                                      baselines=(), timing_budget_s=0.05))
+        assert result.status == "passed", result.message
+        assert "reference: reused" in [label for label, _ in result.timing_stats["timeline"]]
+        assert len(kept - refpool.idle_pids()) <= 1  # it went back after
     if zygote.enabled():
         assert any(z.alive for z in zygote.running())
     # its compile child had a build folder of its own, as a candidate's has: there the bridge is loaded
     assert build.extension_dir(warmup.WARM_UP_SOURCE, "cpu", None).is_dir()
     if litebuild.enabled():
         assert list((kernelarena_cache_dir / "lite").glob("kernelarena_bridge_*/bridge.ok"))
-    if buildcache._pch_place(kernelarena_cache_dir, "cpu") is not None:  # GCC here: the header is ready
+    if buildcache._pch_place(kernelarena_cache_dir, "cpu") is not None:  # GCC here: the headers are ready
         assert buildcache.pch_dir(kernelarena_cache_dir, "cpu", wait=False) is not None
+        assert buildcache.pch_dir(kernelarena_cache_dir, "cpu", wait=False, kind="lite") is not None
     with build._spares_lock:
         assert build._spares  # the next compile finds a child ready
 
