@@ -49,6 +49,10 @@
 #                                      # task once (the reward's medians), ncu on all of them
 #   PART=24 bash bench/gpu_session.sh  # throughput from a cold machine (160 candidates; the warm-up builds the
 #                                      # bridge and the header before the clock)
+#   PART=25 bash bench/gpu_session.sh  # the measure, hack and fault GPU tests, the judge's CPU per comparison with
+#                                      # torch's threads against the cap, throughput with and without the cap
+#   PART=26 bash bench/gpu_session.sh  # the measure, light-build and hack GPU tests, one candidate's build profile
+#                                      # (each command's CPU, nvcc's phases) with and without the light header's PCH
 #   PART=6 bash bench/gpu_session.sh   # every suite task once (medians), ncu on all of them, throughput on
 #                                      # every GPU (the 2-GPU kind)
 set -uo pipefail
@@ -109,6 +113,12 @@ case "${PART:-all}" in
         "${FIDELITY_ONLY:=}" "${FIDELITY_REPEAT:=1}" "${FIDELITY_S:=200}" "${NCU_S:=180}" ;;
   24) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${VARIANTS:=default}" "${VARIANT_S:=260}" \
         "${VARIANT_N:=160}" "${FIDELITY_S:=0}" "${NCU_S:=0}" ;;
+  25) : "${TESTS:=tests/gpu_workers/test_measure.py tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_gpu_faults.py}" \
+        "${TESTS_S:=190}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${JUDGE_S:=40}" "${FIDELITY_S:=0}" \
+        "${NCU_S:=0}" "${VARIANTS:=default judge16:KERNELARENA_JUDGE_THREADS=16}" "${VARIANT_S:=130}" ;;
+  26) : "${TESTS:=tests/gpu_workers/test_measure.py tests/gpu_workers/test_litebuild.py tests/gpu_workers/test_gpu_hacks.py}" \
+        "${TESTS_S:=200}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${PROFILE_S:=90}" "${FIDELITY_S:=0}" \
+        "${NCU_S:=0}" "${VARIANTS:=}" ;;
   17) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${VARIANTS:=default}" "${VARIANT_S:=140}" \
         "${FIDELITY_S:=150}" "${NCU_S:=40}" ;;
   3) : "${COMPILE_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" "${TESTS_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${SUITE_S:=540}" ;;
@@ -133,6 +143,9 @@ step confine_cuda "${CONFINE_S:-0}" python3 bench/confine_cuda.py
 step gpu_tests "${TESTS_S:-170}" env ${TESTS_ENV:-} python3 -m pytest -p no:cacheprovider -q -m gpu -rA ${TESTS:-tests/gpu_workers/test_litebuild.py \
   tests/gpu_workers/test_gpu_faults.py tests/gpu_workers/test_splitbuild.py::test_split_build_failure_falls_back_to_the_plain_build}
 [ -f test-artifacts/gpu_hack_results.json ] && cp test-artifacts/gpu_hack_results.json "$OUT/"
+step compile_profile "${PROFILE_S:-0}" bash -c "python3 bench/compile_profile.py --device cuda --repeat 3 && \
+  python3 bench/compile_profile.py --device cuda --repeat 3 --no-lite-pch"
+step judge_compare "${JUDGE_S:-0}" python3 bench/judge_compare.py --elements 1048576 --concurrent 16 --repeat 10
 step compile_speed "${COMPILE_S:-170}" $CORES16 python3 bench/compile_speed.py --device cuda --candidates "${COMPILE_N:-2}" \
   --extra-ours "${EXTRA_OURS:-0}"
 TAIL=${TP_TAIL:-6} step throughput_1gpu "${TP1_S:-100}" $CORES16 python3 bench/throughput.py --device cuda --build --gpus 1 \
