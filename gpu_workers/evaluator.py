@@ -608,10 +608,12 @@ def evaluate(request: EvalRequest) -> EvalResult:
         evidence, run_log = _candidate(request, candidate_child, reference, rule_set, outcome.deferred, slot,
                                        hardware, timeline, cpu)
     except PhaseFailure as failure:
+        cpu.add("parent", time.thread_time() - own_cpu)
         logs = ({"compile_log": failure.log} if failure.status == "compile_error"
                 else {"run_log": failure.log, "compile_log": compile_log})
         return stop(failure.status, failure.message, static, timing_stats=_progress(slot, timeline, cpu), **logs)
     except _Forged as forged:
+        cpu.add("parent", time.thread_time() - own_cpu)
         findings = static + ([forged.finding] if forged.finding else [])
         return stop("rejected", forged.finding.message if forged.finding else "forged result", findings,
                     run_log=forged.log, compile_log=compile_log, timing_stats=_progress(slot, timeline, cpu))

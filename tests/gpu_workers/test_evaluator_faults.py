@@ -148,6 +148,7 @@ def test_the_compile_child_runs_below_the_rest_of_the_evaluation_and_children_in
     base = os.getpriority(os.PRIO_PROCESS, 0)
     assert f"module run at niceness {min(base + 7, 19)}" in result.compile_log  # and the compilers it starts
     assert f"module run at niceness {base}" in result.run_log  # the candidate child, which times, is not lowered
+    assert result.timing_stats["cpu_s"]["compile"] > 0  # the compile child's CPU, counted
     if zygote.enabled():  # what the zygote imported is frozen: a child's collections never walk (or copy) it
         frozen = [int(line.rsplit(" ", 1)[1]) for line in result.run_log.splitlines() if "frozen objects:" in line]
         assert frozen and frozen[0] > 10_000, result.run_log[-2000:]

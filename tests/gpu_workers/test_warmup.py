@@ -42,13 +42,18 @@ def test_warm_up_starts_the_zygote_and_leaves_the_bridge_and_the_header_built(ke
     steps = warmup.warm_up("cpu", references=2)
     assert set(steps) == {"probe", "compile_child", "references", "pch"} and all(s >= 0 for s in steps.values())
     kept = refpool.idle_pids()
+    assert len(kept) == (2 if refpool.enabled() else 0)
+    result = evaluate(EvalRequest(task_source=TASK, kernel_source=CANDIDATE, device="cpu", track="open",
+                                  baselines=(), timing_budget_s=0.05))
+    assert result.status == "passed", result.message
     if refpool.enabled():  # reference children started and waiting: the first evaluations take them
-        assert len(kept) == 2
-        result = evaluate(EvalRequest(task_source=TASK, kernel_source=CANDIDATE, device="cpu", track="open",
-                                      baselines=(), timing_budget_s=0.05))
-        assert result.status == "passed", result.message
         assert "reference: reused" in [label for label, _ in result.timing_stats["timeline"]]
-        assert len(kept - refpool.idle_pids()) <= 1  # it went back after
+        assert refpool.idle_pids() == kept  # it went back after
+    # what the evaluation cost, by who (no build here: nothing compiled)
+    cpu = result.timing_stats["cpu_s"]
+    assert {"reference", "candidate", "parent", "judge", "total"} <= set(cpu) and "compile" not in cpu
+    assert cpu["candidate"] > 0 and cpu["total"] == pytest.approx(sum(v for k, v in cpu.items() if k != "total"),
+                                                                 abs=0.01)
     if zygote.enabled():
         assert any(z.alive for z in zygote.running())
     # its compile child had a build folder of its own, as a candidate's has: there the bridge is loaded
