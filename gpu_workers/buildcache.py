@@ -130,13 +130,16 @@ def pch_dir(cache_root: Path, device: str, *, wait: bool = True, kind: str = "to
 
 
 def _lite_include() -> Path:
-    return Path(__file__).resolve().parent / "lite" / "include"
+    from .litebuild import INCLUDE
+
+    return INCLUDE
 
 
 def lite_pch_flags(device: str) -> list[str]:
     """The flags a light build gives g++ for its host unit (``litebuild.plans``), minus the extension name."""
-    return (["-I", str(_lite_include())] + pch_flags(device) + ["-fvisibility=hidden"]
-            + (["-DKA_LITE_CUDA"] if device == "cuda" else []))
+    from .litebuild import host_flags
+
+    return ["-I", str(_lite_include())] + pch_flags(device) + host_flags(device == "cuda")
 
 
 @lru_cache(maxsize=1)

@@ -84,6 +84,12 @@ def enabled() -> bool:
     return os.environ.get("KERNELARENA_LITE", "1") != "0" and bool(os.environ.get("TORCH_EXTENSIONS_DIR"))
 
 
+def host_flags(with_cuda: bool) -> list[str]:
+    """What a light build adds to g++'s flags for its host unit (its precompiled header, built by
+    ``buildcache``, must be made with the same)."""
+    return ["-fvisibility=hidden"] + (["-DKA_LITE_CUDA"] if with_cuda else [])
+
+
 def plans(arguments: dict[str, Any]) -> list[LitePlan]:
     """load_inline's arguments for the light builds of this call, fastest first (none where they do
     not apply, or where an earlier attempt at this name failed):
@@ -113,10 +119,9 @@ def plans(arguments: dict[str, Any]) -> list[LitePlan]:
     if "PYBIND11_MODULE" not in everything or lite_source_problem(everything) is not None:
         return []
     with_cuda = bool(device_parts) if arguments.get("with_cuda") is None else bool(arguments["with_cuda"])
-    cflags = list(arguments.get("extra_cflags") or []) + ["-fvisibility=hidden"]
+    cflags = list(arguments.get("extra_cflags") or []) + host_flags(with_cuda)
     cuda_cflags = list(arguments.get("extra_cuda_cflags") or [])
     if with_cuda:
-        cflags.append("-DKA_LITE_CUDA")
         cuda_cflags += ["-DKA_LITE_CUDA", "-Xcompiler", "-fvisibility=hidden"]
     common = dict(arguments)
     common.update(functions=None, extra_cflags=cflags, extra_cuda_cflags=cuda_cflags,

@@ -19,9 +19,11 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+import time
 from typing import Any
 
 from . import sandbox
+from .gpuslot import SlotUse, gpu_slot
 
 MAX_USES = 64
 _IDLE: dict[tuple[Any, ...], list[sandbox.Child]] = {}
@@ -62,10 +64,6 @@ def prestart(env_extra: dict[str, str], memory_limit_mb: int, count: int, device
     evaluations (a worker's warm-up): each makes its CUDA context on ``device`` (a device string, or
     "cpu") with the GPU held shared, and runs no task code. Returns how many are kept; a child that
     fails to warm is closed."""
-    import time
-
-    from .gpuslot import SlotUse, gpu_slot
-
     if not enabled() or count <= 0:
         return 0
     children = [sandbox.spawn("reference", env_extra=env_extra, memory_limit_mb=memory_limit_mb)
