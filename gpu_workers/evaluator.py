@@ -554,7 +554,6 @@ def _progress(slot: SlotUse, timeline: Timeline, cpu: CpuUse) -> dict[str, Any]:
 def evaluate(request: EvalRequest) -> EvalResult:
     """Evaluate one candidate. Raises TaskError only for an unusable task file."""
     started = time.monotonic()
-    judge.limit_threads()
     rule_set = validate_rule_set(request.rule_set or default_rule_set(request.track))
     reward_cfg = resolve_reward_config(request.reward_config)
     info = validate_task_source(request.task_source)

@@ -63,6 +63,9 @@ class LocalPool(_Pool):
                  evaluate_fn: Callable[[EvalRequest], EvalResult] = _safe_evaluate):
         if workers < 1:
             raise ValueError("workers must be at least 1")
+        from .judge import limit_threads
+
+        limit_threads()  # a worker judges many evaluations at once: one torch thread each
         self.workers = workers
         self.gpus = gpus
         self._evaluate = evaluate_fn
@@ -106,6 +109,9 @@ def _actor_class(ray: Any, gpus: int, concurrency: int) -> Any:
 
             self.pid = os.getpid()
             self.served = 0
+            from .judge import limit_threads
+
+            limit_threads()  # its evaluations judge at once: one torch thread each
             if gpus:  # the zygote and the bridge before the first evaluation, not during it
                 from .warmup import warm_up_in_background
 
