@@ -113,6 +113,23 @@ class CpuUse:
         return out
 
 
+class _TimedSpan:
+    """The parent's own view of a child's timing, from its ``timing_begin`` to its ``timing_end``:
+    the wall-clock milliseconds, and how many of them the child's timing thread spent waiting for a
+    CPU (runnable, not running: a busy host's doing, which no GPU work and no forged timer explains)."""
+
+    def __init__(self, child: sandbox.Child):
+        self._pid = child.proc.pid
+        self._began = time.monotonic()
+        self._delay = sandbox.run_delay_seconds(self._pid)
+
+    def end(self) -> tuple[float, float | None]:
+        wall_ms = (time.monotonic() - self._began) * 1e3
+        delay = sandbox.run_delay_seconds(self._pid)
+        waited = (delay - self._delay) * 1e3 if delay is not None and self._delay is not None else None
+        return wall_ms, (min(max(waited, 0.0), wall_ms) if waited is not None else None)
+
+
 # ---- phases ----------------------------------------------------------------------------------
 def _baseline_stats(entry: dict[str, Any]) -> dict[str, Any]:
     """A baseline's timing as a result shows it: the fastest kept sample, and every kept sample's median."""
@@ -213,7 +230,7 @@ def _reference_messages(request: EvalRequest, hardware: dict[str, Any], profile:
     else:
         reference["flops"] = 0
     baselines = dict(cached)
-    begin_at = None
+    span: _TimedSpan | None = None
     while True:
         message = child.recv(deadline + request.run_timeout_s * len(wanted))
         phase = message.get("phase")
@@ -221,14 +238,15 @@ def _reference_messages(request: EvalRequest, hardware: dict[str, Any], profile:
         if phase == "want_gpu":
             deadline += _grant_alone(gpu, child, timeline, "reference")
         elif phase == "timing_begin":
-            begin_at = time.monotonic()
+            span = _TimedSpan(child)
         elif phase == "timing_end":
-            wall = (time.monotonic() - begin_at) * 1e3 if begin_at else None
+            wall, waited = span.end() if span is not None else (None, None)
             deadline += gpu.shared()  # the child waits for this before its next GPU work
             child.signal()
             stats = message["stats"]
-            overhead = ((wall - stats["total_ms"]) / stats["iterations"]) if wall else None
-            entry = {"stats": stats, "wall_ms": wall, "overhead_ms_per_iter": overhead}
+            # the loop's own cost per iteration, less what the host's load added meanwhile
+            overhead = ((wall - (waited or 0.0) - stats["total_ms"]) / stats["iterations"]) if wall else None
+            entry = {"stats": stats, "wall_ms": wall, "descheduled_ms": waited, "overhead_ms_per_iter": overhead}
             path = _task_fact_path(request, hardware, profile, message["baseline"])
             baselines[message["baseline"]] = taskfacts.keep_baseline(path, entry)  # the fastest kept
         elif phase == "baseline_failed":
@@ -319,7 +337,7 @@ def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, 
         expected = (["prepared", "ready"] + ["trial"] * request.trials
                     + ["want_gpu", "timing_begin", "timing_end", "timing_outputs", "after", "done"])
         received = 0
-        timing_began = None
+        span: _TimedSpan | None = None
         try:
             while True:
                 message = child.recv(deadline, max_bytes=max_bytes)
@@ -352,9 +370,10 @@ def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, 
                 elif phase == "want_gpu":
                     deadline += _grant_alone(gpu, child, timeline, "candidate")
                 elif phase == "timing_begin":
-                    timing_began = time.monotonic()
+                    span = _TimedSpan(child)
                 elif phase == "timing_end":
-                    evidence.timing_wall_ms = (time.monotonic() - timing_began) * 1e3 if timing_began else None
+                    if span is not None:
+                        evidence.timing_wall_ms, evidence.timing_descheduled_ms = span.end()
                     deadline += gpu.shared()  # the child's next GPU work waits for this (a pause point)
                     evidence.timing = message["stats"]
                 elif phase == "timing_outputs":
@@ -497,7 +516,8 @@ def _judge(request: EvalRequest, rule_set: dict[str, Any], hardware: dict[str, A
         _keep(findings, judge.unseen_work_finding(rule_set, timing))
         eager = baselines.get("eager", {})
         f = judge.timer_finding(rule_set, wall_ms=evidence.timing_wall_ms, stats=timing,
-                                overhead_ms_per_iter=eager.get("overhead_ms_per_iter"))
+                                overhead_ms_per_iter=eager.get("overhead_ms_per_iter"),
+                                descheduled_ms=evidence.timing_descheduled_ms)
         _keep(findings, f)
 
     result = EvalResult(
@@ -513,7 +533,7 @@ def _judge(request: EvalRequest, rule_set: dict[str, Any], hardware: dict[str, A
         floor_ms=floor_ms,
         timing_stats={"kernel": {k: v for k, v in timing.items()},
                       **{n: _baseline_stats(baselines.get(n, {})) for n in request.baselines},
-                      "wall_ms": evidence.timing_wall_ms},
+                      "wall_ms": evidence.timing_wall_ms, "descheduled_ms": evidence.timing_descheduled_ms},
     )
     return result, findings
 

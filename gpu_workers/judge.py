@@ -184,6 +184,7 @@ class Evidence:
     patched: list[str] = field(default_factory=list)
     blocked: list[str] = field(default_factory=list)
     timing_wall_ms: float | None = None
+    timing_descheduled_ms: float | None = None  # of that wall time, the timing thread waiting for a CPU
 
 
 def library_ops(ops: dict[str, int], allowed: list[str]) -> dict[str, int]:
@@ -258,22 +259,25 @@ def unseen_work_finding(rule_set: dict[str, Any], stats: dict[str, Any]) -> Find
 
 
 def timer_finding(rule_set: dict[str, Any], *, wall_ms: float | None, stats: dict[str, Any],
-                  overhead_ms_per_iter: float | None) -> Finding | None:
+                  overhead_ms_per_iter: float | None, descheduled_ms: float | None = None) -> Finding | None:
     """The wall clock the parent held must be explained by the times the child reported.
 
     Per iteration, the parent's wall time minus the loop's own overhead (measured on the trusted
     baseline, same loop) must not dwarf the reported kernel time: a forged or blind timer reports
-    far less than the time that really passed.
+    far less than the time that really passed. The time the child's timing thread spent waiting for
+    a CPU (``descheduled_ms``, read by the parent from the scheduler) passed on the host's account,
+    not the GPU's: it is left out. Waiting on the GPU, by spinning or sleeping, is never in it.
     """
     if wall_ms is None or overhead_ms_per_iter is None or not stats.get("iterations"):
         return None
-    per_iter_wall = wall_ms / stats["iterations"]
+    per_iter_wall = max(wall_ms - (descheduled_ms or 0.0), 0.0) / stats["iterations"]
     unexplained = per_iter_wall - max(overhead_ms_per_iter, 0.0)
     reported = float(stats["median_ms"])
     slack = float(rule_set["thresholds"]["timer_slack"])
     if unexplained > slack * reported + 1.0:
         return make_finding(rule_set, "timer_mismatch",
                             f"the parent saw {per_iter_wall:.3f} ms of wall-clock time per iteration "
-                            f"({overhead_ms_per_iter:.3f} ms of it the loop's own overhead), but the "
-                            f"reported kernel time is {reported:.3f} ms")
+                            f"({overhead_ms_per_iter:.3f} ms of it the loop's own overhead"
+                            + (f"; {descheduled_ms:.1f} ms waiting for a CPU left out" if descheduled_ms else "")
+                            + f"), but the reported kernel time is {reported:.3f} ms")
     return None

@@ -92,6 +92,16 @@ def cpu_seconds(pid: int) -> float | None:
         return None
 
 
+def run_delay_seconds(pid: int) -> float | None:
+    """Seconds a process's main thread has spent runnable but waiting for a CPU (the scheduler's
+    ``run_delay``: host load, never a wait on the GPU or a sleep); None without /proc schedstat."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/schedstat", encoding="ascii") as handle:
+            return int(handle.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {key: os.environ[key] for key in _ENV_KEEP if key in os.environ}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from gpu_workers import judge
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gpu_workers import judge, sandbox
 from gpu_workers.rules import default_rule_set
 
 RULES = default_rule_set("strict")
@@ -39,3 +46,33 @@ def test_a_reward_that_took_the_end_to_end_time_goes_to_a_person_and_says_why():
     off = default_rule_set("strict")
     off["dynamic"]["unseen_work"]["enabled"] = False
     assert judge.unseen_work_finding(off, taken) is None
+
+
+def test_wall_time_the_child_spent_waiting_for_a_cpu_is_not_held_against_its_timer():
+    stats = {"iterations": 100, "median_ms": 0.1}
+    # 1000 iterations' worth of wall time the timer does not explain ...
+    forged = judge.timer_finding(RULES, wall_ms=300.0, stats=stats, overhead_ms_per_iter=0.2)
+    assert forged is not None and forged.rule == "timer_mismatch"
+    # ... unless the scheduler says the timing thread was waiting for a CPU for most of it
+    assert judge.timer_finding(RULES, wall_ms=300.0, stats=stats, overhead_ms_per_iter=0.2,
+                               descheduled_ms=270.0) is None
+    still = judge.timer_finding(RULES, wall_ms=300.0, stats=stats, overhead_ms_per_iter=0.2, descheduled_ms=20.0)
+    assert still is not None and "20.0 ms waiting for a CPU left out" in still.message
+
+
+def test_the_scheduler_counts_waiting_for_a_cpu_and_not_sleeping():
+    spin = "import time\nend = time.monotonic() + 0.6\nwhile time.monotonic() < end: pass\n"
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.6)"])
+    cpu = min(os.sched_getaffinity(0))
+    busy = [subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", spin]) for _ in range(2)]
+    try:
+        time.sleep(0.4)  # both spinners share one CPU: each waits for it about half the time
+        waited = [sandbox.run_delay_seconds(p.pid) for p in busy]
+        slept = sandbox.run_delay_seconds(sleeper.pid)
+    finally:
+        for p in busy + [sleeper]:
+            p.wait()
+    if slept is None:
+        pytest.skip("no /proc schedstat on this kernel")
+    assert all(w is not None and w > 0.05 for w in waited), waited
+    assert slept < 0.05
