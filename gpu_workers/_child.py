@@ -579,6 +579,18 @@ def _preload(role: str) -> None:
         importlib.import_module(f"{__package__ or 'gpu_workers'}.{name}")
 
 
+def warm_lazy_imports() -> None:
+    """What torch imports on first use rather than at import, done once (in the zygote, which forks
+    every child): the reference's FLOP counter pulls in some 800 modules (sympy, dynamo's pieces) on
+    its first count, about a second of CPU in every fresh reference child otherwise. Our own call on
+    two CPU numbers: no task code, no CUDA."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False), torch.no_grad():
+        torch.nn.functional.linear(torch.ones(1, 2), torch.ones(2, 2))
+
+
 def _warm(setup: dict[str, Any], out_fd: int) -> None:
     """Make the CUDA context before the setup comes (the parent holds the GPU shared meanwhile) and
     say so: the context is then ready when the candidate's (or a kept reference child's first
