@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from gpu_workers import judge, sandbox
+from gpu_workers import EvalRequest, evaluate, evaluator, judge, sandbox, taskfacts
 from gpu_workers.rules import default_rule_set
 
 RULES = default_rule_set("strict")
@@ -76,3 +76,46 @@ def test_the_scheduler_counts_waiting_for_a_cpu_and_not_sleeping():
         pytest.skip("no /proc schedstat on this kernel")
     assert all(w is not None and w > 0.05 for w in waited), waited
     assert slept < 0.05
+
+
+SLOW_TASK = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        for _ in range(400):  # four hundred tiny ops: the eager baseline is slow
+            x = x + 0.001
+        return x
+
+
+def get_inputs():
+    return [torch.randn(16)]
+
+
+def get_init_inputs():
+    return []
+# RUN
+'''
+ONE_OP = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return x + 0.4
+'''
+
+
+def test_a_speedup_far_past_the_line_is_flagged_even_before_the_baseline_settles(kernelarena_cache_dir):
+    task = SLOW_TASK.replace("# RUN", f"# run {time.time_ns()}")  # a task never timed before: one eager sample
+    result = evaluate(EvalRequest(task_source=task, kernel_source=ONE_OP, device="cpu", track="open",
+                                  baselines=("eager",), timing_budget_s=0.1, atol=1e-3, rtol=1e-3))
+    assert result.status == "passed", result.message
+    line = float(RULES["thresholds"]["extreme_speedup"]) * evaluator.UNSETTLED_LINE  # while unsettled
+    assert result.speedup["eager"] > line, result.speedup  # hundreds of times here
+    flagged = [f for f in result.findings if f.rule == "extreme_speedup"]
+    assert len(flagged) == 1 and flagged[0].severity == "review"
+    assert f"rests on 1 of {taskfacts.samples()} timings" in flagged[0].message
