@@ -579,26 +579,33 @@ def _preload(role: str) -> None:
         importlib.import_module(f"{__package__ or 'gpu_workers'}.{name}")
 
 
-def warm_lazy_imports() -> None:
-    """What torch imports on first use rather than at import, done once (in the zygote, which forks
-    every child): the reference's FLOP counter pulls in some 800 modules (sympy, dynamo's pieces) on
-    its first count, about a second of CPU in every fresh reference child otherwise. Our own call on
-    two CPU numbers: no task code, no CUDA."""
+LAZY_MODULES = ("sympy", "torch.utils.flop_counter")
+
+
+def warm_lazy_imports() -> list[str]:
+    """What torch imports on first use rather than at import: the reference's FLOP counter pulls in
+    some 800 modules (sympy, dynamo's and inductor's pieces) on its first count, about a second of
+    CPU. A reference child started by a worker's warm-up does it then, after its own CUDA context
+    exists (never in the zygote: some of those modules may ask CUDA about its devices, and a process
+    forked after the driver's initialisation cannot use CUDA). Our own call on two CPU numbers, no
+    task code. Returns which of LAZY_MODULES are loaded."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     with FlopCounterMode(display=False), torch.no_grad():
         torch.nn.functional.linear(torch.ones(1, 2), torch.ones(2, 2))
+    return sorted(m for m in LAZY_MODULES if m in sys.modules)
 
 
-def _warm(setup: dict[str, Any], out_fd: int) -> None:
+def _warm(role: str, setup: dict[str, Any], out_fd: int) -> None:
     """Make the CUDA context before the setup comes (the parent holds the GPU shared meanwhile) and
     say so: the context is then ready when the candidate's (or a kept reference child's first
     evaluation's) turn comes. No task or candidate code."""
     import torch
 
     _device({"device": setup["warm"]})
-    sandbox.write_message(out_fd, {"phase": "warm"}, None, torch.save)
+    lazy = warm_lazy_imports() if role == "reference" else []
+    sandbox.write_message(out_fd, {"phase": "warm", "lazy": lazy}, None, torch.save)
 
 
 def _serve_one(role: str, setup: dict[str, Any], in_fd: int, out_fd: int) -> int:
@@ -625,7 +632,7 @@ def main(argv: list[str]) -> int:
     _preload(role)
     setup = channel.read_message(in_fd)
     if role in ("candidate", "reference") and "warm" in setup:
-        _warm(setup, out_fd)
+        _warm(role, setup, out_fd)
         setup = channel.read_message(in_fd)
     if role == "compile":
         os.close(in_fd)

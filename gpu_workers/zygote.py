@@ -332,7 +332,6 @@ def serve(fd: int) -> None:
 
     for role in _child._PRELOAD:
         _child._preload(role)
-    _child.warm_lazy_imports()
     # Everything imported so far (torch and ours: ~170k objects) moves to the collector's permanent
     # generation, before every fork too: a child's collections never walk these objects, and so never
     # write to their pages, which stay shared with the zygote instead of being copied.

@@ -3,11 +3,12 @@ evaluation's log its own, and off with KERNELARENA_REFERENCE_REUSE=0."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
-from gpu_workers import EvalRequest, evaluate, refpool
+from gpu_workers import EvalRequest, _child, evaluate, refpool, sandbox
 
 TASKS = Path(__file__).resolve().parent / "hacks" / "tasks"
 KERNEL = """
@@ -84,3 +85,11 @@ def test_reuse_can_be_switched_off(kernelarena_cache_dir, monkeypatch):
         assert result.status == "passed", result.message
         assert _reference_start(result) == "reference: started"
     assert refpool.idle_pids() == set()
+
+
+def test_a_reference_child_started_ahead_does_torchs_lazy_imports_then_and_a_candidate_does_not():
+    for role, expected in (("reference", sorted(_child.LAZY_MODULES)), ("candidate", [])):
+        with sandbox.spawn(role) as child:
+            child.send({"warm": "cpu"})  # as refpool.prestart sends it (and the evaluator, to a candidate)
+            reply = child.recv(time.monotonic() + 120)
+            assert reply["phase"] == "warm" and reply["lazy"] == expected, reply
