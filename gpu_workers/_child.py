@@ -604,8 +604,10 @@ def _warm(role: str, setup: dict[str, Any], out_fd: int) -> None:
     import torch
 
     _device({"device": setup["warm"]})
-    lazy = warm_lazy_imports() if role == "reference" else []
-    sandbox.write_message(out_fd, {"phase": "warm", "lazy": lazy}, None, torch.save)
+    reply: dict[str, Any] = {"phase": "warm"}
+    if role == "reference":
+        reply["lazy"] = warm_lazy_imports()
+    sandbox.write_message(out_fd, reply, None, torch.save)
 
 
 def _serve_one(role: str, setup: dict[str, Any], in_fd: int, out_fd: int) -> int:
