@@ -282,18 +282,9 @@ def _spawn_candidate(request: EvalRequest, hardware: dict[str, Any], build: Buil
 
 
 def _warm_candidate(request: EvalRequest, hardware: dict[str, Any], child: sandbox.Child, slot: SlotUse,
-                    timeline: Timeline, cpu: CpuUse) -> None:
+                    timeline: Timeline) -> None:
     """The candidate child makes its CUDA context while the compile runs, holding the GPU shared (a
     context's creation is GPU work); no task or candidate code runs in it yet."""
-    own_cpu = time.thread_time()
-    try:
-        _warm(request, hardware, child, slot, timeline)
-    finally:
-        cpu.add("parent", time.thread_time() - own_cpu)
-
-
-def _warm(request: EvalRequest, hardware: dict[str, Any], child: sandbox.Child, slot: SlotUse,
-          timeline: Timeline) -> None:
     with gpu_slot(hardware, slot):
         child.send({"warm": _device_string(request)})
         try:
@@ -512,14 +503,13 @@ def _judge(request: EvalRequest, rule_set: dict[str, Any], hardware: dict[str, A
                              f"({reference['bytes']} bytes, {reference['flops']} FLOPs)")
             _keep(findings, f)
         eager_speedup = speedup.get("eager")
-        kept = len(baselines.get("eager", {}).get("samples_ms") or [])
-        line = float(thresholds["extreme_speedup"]) * (1.0 if kept >= taskfacts.samples() else UNSETTLED_LINE)
+        kept, wanted = len(baselines.get("eager", {}).get("samples_ms") or []), taskfacts.samples()
+        line = float(thresholds["extreme_speedup"]) * (1.0 if kept >= wanted else UNSETTLED_LINE)
         if eager_speedup is not None and eager_speedup > line:
+            why = ("" if kept >= wanted else
+                   f", {UNSETTLED_LINE:g}× the rule's while the eager baseline rests on {kept} of {wanted} timings")
             f = make_finding(rule_set, "extreme_speedup",
-                             f"{eager_speedup:.1f}× faster than eager (review threshold {line:g}×"
-                             + ("" if kept >= taskfacts.samples() else
-                                f", {UNSETTLED_LINE:g}× the rule's while the eager baseline rests on "
-                                f"{kept} of {taskfacts.samples()} timings") + ")")
+                             f"{eager_speedup:.1f}× faster than eager (review threshold {line:g}×{why})")
             _keep(findings, f)
         _keep(findings, judge.repeat_finding(rule_set, timing) or judge.repeat_finding(rule_set, timing, "e2e_"))
         _keep(findings, judge.unseen_work_finding(rule_set, timing))
@@ -618,7 +608,7 @@ def evaluate(request: EvalRequest) -> EvalResult:
         # context overlap.
         with ThreadPoolExecutor(max_workers=3, thread_name_prefix="ka-phase") as phases:
             reference_job = phases.submit(_reference, request, hardware, profile, slot, timeline, cpu)
-            warm_job = (phases.submit(_warm_candidate, request, hardware, candidate_child, slot, timeline, cpu)
+            warm_job = (phases.submit(_warm_candidate, request, hardware, candidate_child, slot, timeline)
                         if request.device == "cuda" else None)
             try:
                 outcome = compile_candidate(request, hardware, build)
