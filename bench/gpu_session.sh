@@ -53,6 +53,9 @@
 #                                      # torch's threads against the cap, throughput with and without the cap
 #   PART=26 bash bench/gpu_session.sh  # the measure, light-build and hack GPU tests, one candidate's build profile
 #                                      # (each command's CPU, nvcc's phases) with and without the light header's PCH
+#   PART=27 bash bench/gpu_session.sh  # whether other processes making and ending CUDA contexts move a timed kernel
+#                                      # (bench/context_interference.py), then throughput (160 candidates, cold)
+#                                      # with candidates' contexts made outside the GPU slot and inside it
 #   PART=6 bash bench/gpu_session.sh   # every suite task once (medians), ncu on all of them, throughput on
 #                                      # every GPU (the 2-GPU kind)
 set -uo pipefail
@@ -119,6 +122,9 @@ case "${PART:-all}" in
   26) : "${TESTS:=tests/gpu_workers/test_measure.py tests/gpu_workers/test_litebuild.py tests/gpu_workers/test_gpu_hacks.py}" \
         "${TESTS_S:=200}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${PROFILE_S:=90}" "${FIDELITY_S:=0}" \
         "${NCU_S:=0}" "${VARIANTS:=}" ;;
+  27) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${CONTEXT_S:=90}" "${FIDELITY_S:=0}" \
+        "${NCU_S:=0}" "${VARIANT_N:=160}" "${VARIANT_S:=200}" \
+        "${VARIANTS:=free hold:KERNELARENA_GPU_HOLD_CONTEXTS=1,KERNELARENA_CACHE_DIR=/tmp/ka-cache-hold}" ;;
   17) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${VARIANTS:=default}" "${VARIANT_S:=140}" \
         "${FIDELITY_S:=150}" "${NCU_S:=40}" ;;
   3) : "${COMPILE_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" "${TESTS_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${SUITE_S:=540}" ;;
@@ -145,6 +151,8 @@ step gpu_tests "${TESTS_S:-170}" env ${TESTS_ENV:-} python3 -m pytest -p no:cach
 [ -f test-artifacts/gpu_hack_results.json ] && cp test-artifacts/gpu_hack_results.json "$OUT/"
 step compile_profile "${PROFILE_S:-0}" bash -c "python3 bench/compile_profile.py --device cuda --repeat 3 && \
   python3 bench/compile_profile.py --device cuda --repeat 3 --no-lite-pch"
+step context_interference "${CONTEXT_S:-0}" python3 bench/context_interference.py --seconds 6 --neighbours 6 \
+  --residents 8 --out "$OUT/context.json"
 step judge_compare "${JUDGE_S:-0}" python3 bench/judge_compare.py --elements 1048576 --concurrent 16 --repeat 10
 step compile_speed "${COMPILE_S:-170}" $CORES16 python3 bench/compile_speed.py --device cuda --candidates "${COMPILE_N:-2}" \
   --extra-ours "${EXTRA_OURS:-0}"

@@ -216,6 +216,7 @@ def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count
           f"{middle('e2e_median_ms')} ms (an empty iteration {middle('round_trip_ms')} ms); timed on the GPU's NUMA node: "
           + (", ".join(f"{where} {len(v)} (the reward's {sorted(v)[len(v) // 2]:.4f} ms)" for where, v in sorted(places.items()))
              or "no timings"), flush=True)
+    print(f"  {_stretches(results)}", flush=True)
     if steady:  # the first round against the rest: where a cold start costs
         print(f"  the first {workers} evaluations' timeline: {_timeline_medians(results[:workers])}; the others': "
               f"{_timeline_medians(results[workers:])}", flush=True)
@@ -239,6 +240,30 @@ def _timeline_medians(results: list) -> str:
     common = set(firsts[0]).intersection(*firsts[1:])
     medians = sorted((statistics.median(f[label] for f in firsts), label) for label in common)
     return ", ".join(f"{label} {at:.2f}" for at, label in medians) or "no common marks"
+
+
+def _stretches(results: list) -> str:
+    """What holds a waiting timing back: each shared hold's stretches without a pause point, by the
+    step that ended them (median, 90th percentile, longest seconds), longest first; and the timers'
+    own waits."""
+    by_step: dict[str, list[float]] = {}
+    timer_waits = []
+    for r in results:
+        slot = r.timing_stats.get("gpu_slot") or {}
+        timer_waits.append(float(slot.get("exclusive_wait_s", 0.0)))
+        for step, values in (slot.get("stretches") or {}).items():
+            by_step.setdefault(step, []).extend(float(v) for v in values)
+    if not by_step:
+        return "no shared-hold stretches recorded"
+
+    def pct(values: list[float], q: float) -> float:
+        ordered = sorted(values)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    rows = sorted(by_step.items(), key=lambda kv: -pct(kv[1], 0.9))
+    text = "; ".join(f"{step} {pct(v, 0.5):.3f}/{pct(v, 0.9):.3f}/{max(v):.3f} (x{len(v)})" for step, v in rows)
+    return (f"a timer's wait per evaluation: median {statistics.median(timer_waits):.3f} s; shared stretches "
+            f"by the step that ended them, median/p90/longest s: {text}")
 
 
 def _pauses(results: list) -> str:

@@ -10,6 +10,7 @@ Roles:
 
 from __future__ import annotations
 
+import gc
 import os
 import resource
 import sys
@@ -285,8 +286,10 @@ def _reference_work(setup: dict[str, Any], send: _Sender) -> None:
     measure.synchronize(device)
     send.pause("checkpoint", step="outputs")  # a timing already waiting goes before the large message below
 
-    send("reference", init_inputs=init_inputs, state_dicts=state_dicts, trials=trials, rotations=rotations,
-         after=after, flops=flops, bytes=int(nbytes), fp64_error=fp64_error)
+    # The parent lets the GPU go while this large message travels, and takes it back (shared) before
+    # its go: the baselines' work and the end's cache release are GPU work.
+    send.pause("reference", init_inputs=init_inputs, state_dicts=state_dicts, trials=trials,
+               rotations=rotations, after=after, flops=flops, bytes=int(nbytes), fp64_error=fp64_error)
 
     # Baselines, each announced so the parent can hold its own wall clock against the report.
     for name in setup.get("baselines", []):
@@ -309,15 +312,18 @@ def _reference_work(setup: dict[str, Any], send: _Sender) -> None:
 
 
 def _role_reference(setup: dict[str, Any], send: _Sender) -> None:
-    import gc
-
     import torch
 
     _reference_work(setup, send)
-    gc.collect()
-    if torch.cuda.is_initialized():
-        torch.cuda.empty_cache()  # a reference child kept for the next evaluation holds no GPU memory meanwhile
     send("done")
+    # After the done, so outside the slot (as a context's end is: gpuslot.contexts_held): a child kept
+    # for the next evaluation holds no GPU memory while it waits.
+    try:
+        gc.collect()
+        if torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+    except Exception:  # noqa: BLE001 - nothing more may follow the done; the next setup finds out
+        pass
 
 
 def _perturb_parameters(model) -> None:
@@ -443,9 +449,11 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
     try:
         module = exec_source(setup["kernel_source"], "kernelarena_candidate", "<kernel>")
         model_cls = module.ModelNew
+        measure.synchronize(device)  # whatever the import queued: nothing is left on the GPU at the pause
     except BaseException as exc:  # noqa: BLE001
         send("error", where="import", build_error=_is_build_error(exc), error=describe(exc))
         return
+    send.pause("imported")
     patched: set[str] = set(measure.patched_attributes())
 
     def build(config: int):
@@ -463,9 +471,11 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
 
     try:
         models = {config: build(config) for config in sorted({t["config"] for t in setup["trials"]} | {0})}
+        measure.synchronize(device)
     except BaseException as exc:  # noqa: BLE001
         send("error", where="construct", build_error=False, error=describe(exc))
         return
+    send.pause("built")
     with guard.exempt():
         _secret_reseed()
     poisoner = measure.Poisoner(device, int(setup.get("poison_bytes", 1 << 20)))
@@ -561,7 +571,7 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
         send("error", where="after timing", build_error=False, error=describe(exc))
         return
     patched |= set(measure.patched_attributes())
-    send("after", after=after, again=again)
+    send.pause("after", after=after, again=again)  # guarded() synchronised the device
     send("done", patched=sorted(patched), blocked=guard.violations)
 
 
@@ -607,6 +617,7 @@ def _warm(role: str, setup: dict[str, Any], out_fd: int) -> None:
     reply: dict[str, Any] = {"phase": "warm"}
     if role == "reference":
         reply["lazy"] = warm_lazy_imports()
+    gc.freeze()  # what the warm-up made lives as long as the process: the collector skips it from now on
     sandbox.write_message(out_fd, reply, None, torch.save)
 
 
@@ -632,6 +643,7 @@ def main(argv: list[str]) -> int:
     _harden_process()
     import torch  # noqa: F401 - before the setup arrives: the parent may hold it until the GPU is free
     _preload(role)
+    gc.freeze()  # torch and ours (a zygote froze its own already): never walked by a collection
     setup = channel.read_message(in_fd)
     if role in ("candidate", "reference") and "warm" in setup:
         _warm(role, setup, out_fd)

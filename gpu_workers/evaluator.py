@@ -12,6 +12,7 @@ import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from .build import (
     compile_candidate,
     threads_for,
 )
-from .gpuslot import GpuSlot, SlotUse, gpu_slot
+from .gpuslot import GpuSlot, SlotUse, contexts_held, gpu_slot
 from .hardware import ceilings, hardware_info
 from .reward import compute_reward, resolve_reward_config
 from .rules import default_rule_set, make_finding, static_scan, validate_rule_set
@@ -219,14 +220,20 @@ def _reference_messages(request: EvalRequest, hardware: dict[str, Any], profile:
     deadline = time.monotonic() + request.run_timeout_s
     message = child.recv(deadline)
     while message.get("phase") == "checkpoint":  # a pause point: a waiting timing goes first
-        timeline.mark(f"reference: {message.get('step')}")
-        deadline += gpu.pause_point()
+        step = f"reference: {message.get('step')}"
+        timeline.mark(step)
+        if message.get("step") == "outputs":  # the large message that follows is CPU work alone
+            gpu.release(step)
+        else:
+            deadline += gpu.pause_point(step)
         child.signal()
         message = child.recv(deadline)
     timeline.mark(f"reference: {message.get('phase')}")
     if message.get("phase") == "error":
         raise PhaseFailure("runtime_error", "the reference (task) failed to run: "
                            + str(message.get("error", ""))[-3000:], child.log_tail())
+    deadline += gpu.shared()  # before the child's next GPU work (it waits for the go)
+    child.signal()
     reference = message
     if flops_cached is not None:
         reference["flops"] = flops_cached
@@ -259,6 +266,7 @@ def _reference_messages(request: EvalRequest, hardware: dict[str, Any], profile:
             if message["baseline"] not in cached:  # a kept timing stands
                 baselines[message["baseline"]] = {"error": message.get("error", "")}
         elif phase == "done":
+            gpu.release("reference: done")
             return reference, baselines
         elif phase == "error":
             raise PhaseFailure("runtime_error", "the reference failed: " + str(message.get("error"))[-3000:],
@@ -271,7 +279,8 @@ def _device_string(request: EvalRequest) -> str:
 
 
 # Candidate messages after which the child waits for the parent's go (its GPU work synchronised).
-_PAUSE_POINTS = frozenset({"prepared", "ready", "trial", "timing_end", "timing_outputs"})
+_PAUSE_POINTS = frozenset({"prepared", "imported", "built", "ready", "trial", "timing_end", "timing_outputs",
+                           "after"})
 
 
 def _spawn_candidate(request: EvalRequest, hardware: dict[str, Any], build: BuildContext) -> sandbox.Child:
@@ -283,14 +292,16 @@ def _spawn_candidate(request: EvalRequest, hardware: dict[str, Any], build: Buil
 
 def _warm_candidate(request: EvalRequest, hardware: dict[str, Any], child: sandbox.Child, slot: SlotUse,
                     timeline: Timeline) -> None:
-    """The candidate child makes its CUDA context while the compile runs, holding the GPU shared (a
-    context's creation is GPU work); no task or candidate code runs in it yet."""
-    with gpu_slot(hardware, slot):
+    """The candidate child makes its CUDA context while the compile runs (holding the GPU shared
+    only where ``gpuslot.contexts_held()``); no task or candidate code runs in it yet."""
+    with gpu_slot(hardware, slot) if contexts_held() else nullcontext() as gpu:
         child.send({"warm": _device_string(request)})
         try:
             message = child.recv(time.monotonic() + request.run_timeout_s)
         except sandbox.ChildError as exc:
             raise child_failure(exc, child, "starting the candidate process", request.run_timeout_s) from None
+        if gpu is not None:
+            gpu.release("candidate: warm")
     if message.get("phase") != "warm":
         raise PhaseFailure("runtime_error", f"the candidate process answered {message.get('phase')!r} "
                            "to its warm-up", child.log_tail())
@@ -330,7 +341,7 @@ def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, 
         child.send(setup)
         budget = request.run_timeout_s + (request.compile_timeout_s if compile_deferred else 0.0)
         deadline = time.monotonic() + budget
-        expected = (["prepared", "ready"] + ["trial"] * request.trials
+        expected = (["prepared", "imported", "built", "ready"] + ["trial"] * request.trials
                     + ["want_gpu", "timing_begin", "timing_end", "timing_outputs", "after", "done"])
         received = 0
         span: _TimedSpan | None = None
@@ -378,14 +389,17 @@ def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, 
                     evidence.after = message["after"]
                     evidence.again = message["again"]
                 elif phase == "done":
+                    if not contexts_held():  # its GPU work is over: only its exit is left
+                        gpu.release("candidate: done")
                     evidence.patched.extend(message.get("patched", []))
                     evidence.blocked.extend(message.get("blocked", []))
                     cpu.add("candidate", child.cpu_seconds())
                     break
                 if phase in _PAUSE_POINTS:  # the child waits for our go; a waiting timing goes first
-                    deadline += gpu.pause_point()
+                    deadline += gpu.pause_point(f"candidate: {phase}")
                     child.signal()
             code = child.proc.wait(timeout=30)
+            gpu.release("candidate: exit")  # the process and its CUDA context are gone (if still held)
             extra = child.pending_bytes(wait=0.2)
             if extra:
                 raise _Forged(make_finding(rule_set, "forged_result",

@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .build import cache_root
@@ -53,15 +53,36 @@ class SlotUse:
     acquisitions: int = 0
     exclusive_acquisitions: int = 0
     pauses: int = 0  # pause points at which a waiting timer was let in
+    exclusive_wait_s: float = 0.0  # of wait_s, waited as a timer (for the holders to drain)
+    # Each stretch of a shared hold without a pause point, by the step that ended it: a waiting
+    # timer waits for the longest stretch in progress, so these say which steps hold timings back.
+    stretches: dict[str, list[float]] = field(default_factory=dict)
+
+    def stretch(self, step: str, seconds: float) -> None:
+        self.stretches.setdefault(step, []).append(round(seconds, 3))
 
     def to_dict(self) -> dict[str, Any]:
         return {"wait_s": round(self.wait_s, 3), "held_s": round(self.held_s, 3),
                 "exclusive_s": round(self.exclusive_s, 3), "acquisitions": self.acquisitions,
-                "exclusive_acquisitions": self.exclusive_acquisitions, "pauses": self.pauses}
+                "exclusive_acquisitions": self.exclusive_acquisitions, "pauses": self.pauses,
+                "exclusive_wait_s": round(self.exclusive_wait_s, 3),
+                "stretches": {step: list(values) for step, values in self.stretches.items()}}
 
 
 def exclusive() -> bool:
     return os.environ.get("KERNELARENA_GPU_EXCLUSIVE", "1") != "0"
+
+
+def contexts_held() -> bool:
+    """Whether a candidate child makes its CUDA context (its warm-up) and ends it (its exit) with the
+    GPU held shared. Off unless ``KERNELARENA_GPU_HOLD_CONTEXTS=1``: the driver does that work on the
+    CPU, and on a busy node it takes over a second (median 1.3 s, 90th percentile 3.6–4.1 s on the
+    H200's 16 cores), which a waiting timer would wait for. On the H200, with idle contexts of other
+    processes present as on any busy node, neighbours making and ending contexts moved a timed
+    memory-bound kernel's median by 0.989–1.004x against neighbours loading the CPU alike (three runs of
+    bench/context_interference.py; docs/benchmarks.md). The child allocates and runs nothing of the
+    task's or the candidate's before its turn, which it takes under the slot."""
+    return os.environ.get("KERNELARENA_GPU_HOLD_CONTEXTS", "0") == "1"
 
 
 def shared_max() -> int:
@@ -89,6 +110,7 @@ class GpuSlot:
         self._seat = -1  # the seat descriptor held while shared, when seats are capped
         self._mode = 0  # 0: none, LOCK_SH or LOCK_EX
         self._since = 0.0
+        self._stretch_since = 0.0  # when the current stretch of a shared hold began
         if self.active:
             folder = cache_root() / "locks"
             folder.mkdir(parents=True, exist_ok=True)
@@ -136,10 +158,20 @@ class GpuSlot:
                 fcntl.flock(self._want, fcntl.LOCK_UN)
         got = time.monotonic()
         self.use.wait_s += got - asked
+        if mode == fcntl.LOCK_EX:
+            self.use.exclusive_wait_s += got - asked
         self._mode, self._since = mode, got
+        self._stretch_since = got
         return got - asked
 
-    def _drop(self) -> None:
+    def _end_stretch(self, step: str) -> None:
+        if self._mode == fcntl.LOCK_SH:
+            now = time.monotonic()
+            self.use.stretch(step, now - self._stretch_since)
+            self._stretch_since = now
+
+    def _drop(self, step: str = "end") -> None:
+        self._end_stretch(step)
         if self._mode:
             held = time.monotonic() - self._since
             self.use.held_s += held
@@ -161,7 +193,7 @@ class GpuSlot:
         """Hold the GPU alone (a timing); returns seconds waited."""
         if not self.active or self._mode == fcntl.LOCK_EX:
             return 0.0
-        self._drop()  # flock cannot upgrade in place: leave, then queue as a timer
+        self._drop("alone")  # flock cannot upgrade in place: leave, then queue as a timer
         self.use.exclusive_acquisitions += 1
         return self._take(fcntl.LOCK_EX)
 
@@ -176,14 +208,24 @@ class GpuSlot:
         fcntl.flock(self._want, fcntl.LOCK_UN)
         return False
 
-    def pause_point(self) -> float:
-        """Called where the holder's GPU work so far is finished: if a timer waits, step aside and
-        take the GPU back (shared) after it; returns seconds waited (0 when nothing waited)."""
-        if not self.active or self._mode != fcntl.LOCK_SH or not self.timer_waiting():
+    def pause_point(self, step: str = "pause") -> float:
+        """Called where the holder's GPU work so far is finished (after ``step``): if a timer waits,
+        step aside and take the GPU back (shared) after it; returns seconds waited (0 when nothing
+        waited)."""
+        if not self.active or self._mode != fcntl.LOCK_SH:
             return 0.0
-        self._drop()
+        if not self.timer_waiting():
+            self._end_stretch(step)
+            return 0.0
+        self._drop(step)
         self.use.pauses += 1
         return self._take(fcntl.LOCK_SH)
+
+    def release(self, step: str) -> None:
+        """Let the GPU go where the holder's GPU work so far is finished and CPU work alone follows
+        (a large message, say); ``shared()`` takes it back before the next GPU work."""
+        if self.active:
+            self._drop(step)
 
     def close(self) -> None:
         if self.active:

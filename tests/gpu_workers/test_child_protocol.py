@@ -47,7 +47,7 @@ def _one_reference(child: sandbox.Child) -> list[str]:
     while True:
         message = child.recv(time.monotonic() + 120)
         phases.append(f"checkpoint {message['step']}" if message["phase"] == "checkpoint" else message["phase"])
-        if message["phase"] == "checkpoint":
+        if message["phase"] in ("checkpoint", "reference"):  # it waits for a go after its outputs, too
             child.signal()
         if message["phase"] in ("done", "error"):
             return phases

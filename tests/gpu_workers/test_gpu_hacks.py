@@ -68,18 +68,19 @@ def test_honest_cuda_kernel_passes_with_no_reject_finding(cuda_results):
     assert result.reward >= 1.0
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "false positive seen on the H200 (2026-11-30): review:timer_mismatch on the honest kernel, 'the parent saw "
-        "2619 ms of wall-clock time for 1000 iterations, but the reported kernel time adds up to 125.8 ms'. "
-        "judge.timer_finding() subtracts the eager baseline's per-iteration host overhead, which was measured at "
-        "another time. Here another evaluation's nvcc build shared the host's CPUs, so the overhead does not carry over"
-    ),
-)
 def test_honest_cuda_kernel_has_no_findings_at_all(cuda_results):
+    # Once a false timer_mismatch: the eager baseline's loop overhead, measured at another time, was
+    # subtracted while another evaluation's build shared the CPUs. The scheduler's run delay of the
+    # timing child is now left out on both sides (judge.timer_finding); it passed 5 of 5 runs on the H200.
     result = cuda_results["honest"]
     assert result.findings == [], _describe(result)
+
+
+def test_the_candidates_context_is_made_and_ended_outside_the_gpu_slot(cuda_results):
+    # a timer waiting for the slot never waits for the driver making or ending a context (gpuslot.contexts_held)
+    stretches = cuda_results["honest"].timing_stats["gpu_slot"]["stretches"]
+    assert "candidate: warm" not in stretches and "candidate: exit" not in stretches, stretches
+    assert {"candidate: imported", "candidate: trial", "candidate: done"} <= set(stretches), stretches
 
 
 @pytest.mark.parametrize("kernel", ["side_stream", "side_stream_python"])

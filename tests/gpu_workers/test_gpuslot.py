@@ -210,3 +210,60 @@ def test_a_pause_point_without_a_waiting_timer_keeps_the_gpu():
 def test_cpu_timings_run_apart_from_other_evaluations_work():
     host = {"name": "AMD EPYC", "key": "cpu:AMD EPYC|torch|cuda-none"}
     assert not _overlaps(_work_then_a_timing(host))
+
+
+def test_stretches_say_which_step_held_a_timer_back_and_a_release_lets_it_in_at_once():
+    """Each stretch of a shared hold is kept under the step that ended it; a holder that lets the GPU
+    go before CPU work alone lets a waiting timer in there, and takes the GPU back after it."""
+    use, timer_use = SlotUse(), SlotUse()
+    times: dict[str, float] = {}
+    long_step = threading.Event()
+
+    def holder():
+        with gpu_slot(H200_A, use) as slot:
+            time.sleep(0.05)
+            slot.pause_point("short")
+            long_step.set()
+            time.sleep(0.3)  # GPU work that a timer arriving now must wait for
+            slot.release("long")
+            times["released"] = time.monotonic()
+            time.sleep(0.2)  # CPU work alone: the timer runs meanwhile
+            slot.shared()
+            times["back"] = time.monotonic()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    long_step.wait(5)
+    with gpu_slot(H200_A, timer_use, mode="exclusive"):
+        times["timer"] = time.monotonic()
+        time.sleep(0.3)
+    thread.join()
+    assert set(use.stretches) == {"short", "long", "end"}
+    assert use.stretches["short"][0] < 0.3 <= use.stretches["long"][0]
+    assert times["released"] <= times["timer"] < times["released"] + 0.15  # in at the release
+    assert times["back"] >= times["timer"] + 0.3  # the holder came back after the timing
+    assert timer_use.exclusive_wait_s >= 0.2 and use.exclusive_wait_s == 0.0
+    assert use.to_dict()["stretches"]["long"] == use.stretches["long"]
+
+
+def test_an_evaluation_keeps_each_stretch_by_its_step_and_lets_the_slot_go_for_cpu_work(kernelarena_cache_dir):
+    """The stretches an evaluation held its device shared, by the step that ended them: every pause
+    point of both children is one, the reference's outputs travel with the slot let go (the stretch
+    after them ends at its done), and the candidate's exit is outside the slot."""
+    from pathlib import Path
+
+    from gpu_workers import EvalRequest, evaluate
+
+    task = (Path(__file__).resolve().parent / "hacks" / "tasks" / "scale_relu.py").read_text()
+    kernel = ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+              "    def forward(self, x):\n        return torch.relu(x * 1.5 + 0.25)\n")
+    result = evaluate(EvalRequest(task_source=task, kernel_source=kernel, device="cpu", track="open",
+                                  baselines=("eager",), timing_budget_s=0.1, trials=3, run_timeout_s=60.0))
+    assert result.status == "passed", result.message
+    stretches = result.timing_stats["gpu_slot"]["stretches"]
+    assert {"reference: models", "reference: outputs", "reference: done", "candidate: prepared",
+            "candidate: imported", "candidate: built", "candidate: ready", "candidate: timing_outputs",
+            "candidate: after", "candidate: done"} <= set(stretches)
+    assert len(stretches["candidate: trial"]) == 3 and len(stretches["reference: trial"]) == 3
+    assert "candidate: exit" not in stretches and "reference: reference" not in stretches
+    assert all(s >= 0 for values in stretches.values() for s in values)

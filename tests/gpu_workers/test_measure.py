@@ -141,7 +141,8 @@ def test_first_sights_a_busy_host_delayed_past_the_spin_are_no_evidence_of_a_cac
                                  warmup=warmup)
     assert stats["first_sights_uncovered"] == len(rotations)
     assert stats["first_sight_min_ms"] is None  # each first sight was delayed: none is evidence
-    assert stats["max_ms"] > 2.5  # the delay did reach the kernel-side samples
+    # the delay past the spin did reach the kernel-side samples (the start event follows the ~1 ms spin)
+    assert stats["max_ms"] > 1.5
     assert judge.repeat_finding(default_rule_set("strict"), stats) is None
 
 
