@@ -580,13 +580,21 @@ _ROLES = {"compile": _role_compile, "reference": _role_reference, "candidate": _
 # arrives (no candidate code runs before).
 _PRELOAD = {"compile": ("fastbuild", "tasks"), "reference": ("measure", "timing", "tasks"),
             "candidate": ("measure", "timing", "tasks", "guard", "fastbuild")}
+# Imported by the child itself, never by the zygote: torch.utils.cpp_extension (which the candidate's
+# load_inline and our fast build need, ~0.1-0.2 s of CPU) asks CUDA for its devices at import
+# (torch.cuda.is_available, once it finds CUDA_HOME), which a process that forks children must not do.
+_PRELOAD_OWN = {"compile": ("torch.utils.cpp_extension",), "candidate": ("torch.utils.cpp_extension",)}
 
 
-def _preload(role: str) -> None:
+def _preload(role: str, own: bool = False) -> None:
+    """Our modules for ``role`` (what the zygote imports too); with ``own``, also those only a
+    child may import."""
     import importlib
 
     for name in _PRELOAD.get(role, ()):
         importlib.import_module(f"{__package__ or 'gpu_workers'}.{name}")
+    for name in _PRELOAD_OWN.get(role, ()) if own else ():
+        importlib.import_module(name)
 
 
 LAZY_MODULES = ("sympy", "torch.utils.flop_counter")
@@ -642,7 +650,7 @@ def main(argv: list[str]) -> int:
     role, in_fd, out_fd = argv[0], int(argv[1]), int(argv[2])
     _harden_process()
     import torch  # noqa: F401 - before the setup arrives: the parent may hold it until the GPU is free
-    _preload(role)
+    _preload(role, own=True)
     gc.freeze()  # torch and ours (a zygote froze its own already): never walked by a collection
     setup = channel.read_message(in_fd)
     if role in ("candidate", "reference") and "warm" in setup:

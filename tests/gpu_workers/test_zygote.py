@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -98,3 +99,17 @@ def test_switched_off_children_start_with_python_m(monkeypatch):
         assert isinstance(child.proc, subprocess.Popen)
         assert child.proc.wait(timeout=60) == 0
         assert _facts(child)["ppid"] == os.getpid()
+
+
+def test_the_zygote_imports_nothing_that_asks_cuda_for_its_devices_and_a_child_does_before_its_setup():
+    """torch.utils.cpp_extension calls torch.cuda.is_available() at import wherever it finds CUDA_HOME:
+    a process that forks must not have initialised the driver, so the zygote's preload (every role's)
+    leaves it out and a compile or candidate child imports it itself, before its setup arrives."""
+    probe = ("import sys\nfrom gpu_workers import _child\n"
+             "for role in _child._PRELOAD:\n    _child._preload(role)\n"
+             "zygote = 'torch.utils.cpp_extension' in sys.modules\n"
+             "_child._preload('candidate', own=True)\n"
+             "print(zygote, 'torch.utils.cpp_extension' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True"]
