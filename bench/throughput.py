@@ -94,15 +94,18 @@ def main() -> int:
     parser.add_argument("--zygote", choices=["on", "off", "both"], default="on",
                         help="children forked from the zygote, started with python -m, or both side by side")
     parser.add_argument("--no-warm-up", dest="warm_up", action="store_false",
-                        help="skip the worker's warm-up (probe, zygote, compile child, bridge, reference children) before the clock: "
+                        help="skip the worker's warm-up (probe, zygote, compile child, bridge, reference children; "
+                             "Ray actors' too) before the clock: "
                              "the first round then pays for it, as a worker that never warmed up would")
     args = parser.parse_args()
-    if args.warm_up and args.pool == "local" and args.zygote != "both":  # Ray actors warm themselves as they start
+    if args.warm_up and args.pool == "local" and args.zygote != "both":  # Ray actors warm themselves (_batch)
         from gpu_workers.warmup import warm_up
 
         os.environ["KERNELARENA_ZYGOTE"] = "1" if args.zygote == "on" else "0"
         started = time.perf_counter()
-        steps = warm_up(args.device, 0 if args.device == "cuda" else None, references=max(args.workers))
+        gpus = max(args.gpus, 1)  # reference children for as many evaluations as each GPU gets at once
+        steps = warm_up(args.device, 0 if args.device == "cuda" else None, references=-(-max(args.workers) // gpus),
+                        gpus=range(gpus) if args.device == "cuda" else None)
         print(f"worker warm-up before the clock, as a worker does once when it starts: "
               f"{time.perf_counter() - started:.1f} s ({', '.join(f'{k} {v:.1f} s' for k, v in steps.items())})",
               flush=True)
@@ -150,13 +153,18 @@ def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count
         requests.append(EvalRequest(task_source=task, kernel_source=source, device=args.device,
                                     track="strict" if args.build else "open", baselines=("eager",),
                                     timing_budget_s=args.timing_budget))
+    if args.pool == "ray":
+        mark = time.perf_counter()
+        pool = RayPool(actors=max(args.gpus, 1), concurrency=max(1, workers // max(args.gpus, 1)))
+        if args.warm_up:  # as the local pool's warm-up: before the clock, as a worker does once when it starts
+            ready = pool.wait_ready()
+            print(f"Ray actors started and warmed up before the clock: {time.perf_counter() - mark:.1f} s"
+                  f"{'' if ready else ' (not all of them finished their warm-up)'}", flush=True)
+    else:
+        pool = LocalPool(workers=workers, gpus=args.gpus)
     started = time.perf_counter()
     cpu_before = _cpu_seconds()
     results, finished = [], []
-    if args.pool == "ray":
-        pool = RayPool(actors=max(args.gpus, 1), concurrency=max(1, workers // max(args.gpus, 1)))
-    else:
-        pool = LocalPool(workers=workers, gpus=args.gpus)
     with pool:
         for _, result in pool.as_completed(requests):
             results.append(result)

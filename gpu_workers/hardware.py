@@ -11,6 +11,7 @@ import os
 import platform
 import subprocess
 import sys
+import threading
 from typing import Any
 
 # Peak memory bandwidth (bytes/s) and the most generous FLOP rate a kernel of that dtype may use
@@ -96,8 +97,22 @@ def placement(result: Any) -> str:
     return "remote" if not cpus & local else "mixed"
 
 
-@functools.lru_cache(maxsize=16)
+_PROBE_LOCKS: dict[int, threading.Lock] = {}
+_PROBE_LOCKS_LOCK = threading.Lock()
+
+
 def _probe_gpu(index: int) -> dict[str, Any]:
+    """GPU ``index``'s facts, probed once per process however many evaluations ask at once: a probe is
+    a Python that imports torch and makes a CUDA context (seconds), and a pool's first round asks for
+    each GPU from every worker thread together. A failed probe is not kept: the next caller tries again."""
+    with _PROBE_LOCKS_LOCK:
+        lock = _PROBE_LOCKS.setdefault(index, threading.Lock())
+    with lock:
+        return _probe_gpu_once(index)
+
+
+@functools.lru_cache(maxsize=16)
+def _probe_gpu_once(index: int) -> dict[str, Any]:
     out = subprocess.run([sys.executable, "-c", _PROBE, str(index)], capture_output=True, text=True,
                          timeout=120, check=False)
     if out.returncode != 0:

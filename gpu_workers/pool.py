@@ -112,10 +112,18 @@ def _actor_class(ray: Any, gpus: int, concurrency: int) -> Any:
             from .judge import limit_threads
 
             limit_threads()  # its evaluations judge at once: one torch thread each
+            self._warming = None
             if gpus:  # the zygote and the bridge before the first evaluation, not during it
                 from .warmup import warm_up_in_background
 
-                warm_up_in_background("cuda", 0, who="Ray evaluator actor", references=concurrency)
+                self._warming = warm_up_in_background("cuda", 0, who="Ray evaluator actor", references=concurrency)
+
+        def ready(self, timeout_s: float) -> bool:
+            """Whether the actor's warm-up has ended (or it has none), waiting up to ``timeout_s``."""
+            if self._warming is not None:
+                self._warming.join(timeout_s)
+                return not self._warming.is_alive()
+            return True
 
         def evaluate(self, payload: dict[str, Any]) -> dict[str, Any]:
             request = EvalRequest.from_dict(payload)
@@ -172,6 +180,12 @@ class RayPool(_Pool):
         self._next += 1
         ref = actor.evaluate.remote(request.to_dict())
         return self._executor.submit(lambda: EvalResult.from_dict(self._ray.get(ref)))
+
+    def wait_ready(self, timeout_s: float = 600.0) -> bool:
+        """Wait until every actor has warmed up (the zygote, the bridge, its reference children), as a
+        worker that has been up a while has; evaluations sent before then overlap the warm-up.
+        Returns whether all of them ended it within ``timeout_s``."""
+        return all(self._ray.get([actor.ready.remote(timeout_s) for actor in self._actors]))
 
     def stats(self) -> list[dict[str, int]]:
         """Each actor's process id and how many evaluations it has finished."""

@@ -10,36 +10,47 @@ does so when ``KERNELARENA_WARM_UP`` names its device (``cuda`` or ``cpu``).
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import os
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 WARM_UP_SOURCE = "# the worker's warm-up: no candidate code here; the compile child loads or builds the bridge\n"
 
 
-def warm_up(device: str, gpu_index: int | None = None, references: int = 0) -> dict[str, float]:
+def warm_up(device: str, gpu_index: int | None = None, references: int = 0,
+            gpus: Sequence[int] | None = None) -> dict[str, float]:
     """Seconds each step took: ``probe`` (the GPU or CPU facts), ``compile_child`` (the zygote, a
     compile child and its spare, the bridge), ``references`` (with ``references`` > 0: that many
-    reference children started, their CUDA contexts made, kept for the first evaluations: as many
-    as the worker runs at once), ``pch`` (the light build's header and torch's, for a fallback plain
-    build, precompiled; ``KERNELARENA_PCH=0`` skips them). Raises RuntimeError when a step fails."""
+    reference children started on each GPU, their CUDA contexts made, kept for the first
+    evaluations: as many as the worker runs at once there), ``pch`` (the light build's header and
+    torch's, for a fallback plain build, precompiled; ``KERNELARENA_PCH=0`` skips them).
+
+    ``gpus``: every GPU the worker spreads its CUDA evaluations over (a pool on several GPUs, a Celery
+    worker with EVAL_GPUS); each is probed and gets its reference children, so the first evaluation
+    sent to the second GPU waits no more than one sent to the first. Default: ``gpu_index`` alone.
+    Raises RuntimeError when a step fails."""
     from . import build, buildcache, refpool
     from .hardware import hardware_info
     from .schema import EvalRequest
 
+    indices: list[int | None] = list(gpus) if device == "cuda" and gpus else [gpu_index]
     steps: dict[str, float] = {}
     pch = buildcache.pch_enabled()
     if pch:  # built on threads meanwhile: they and the bridge are each one compiler on one core
         build.pch_dir(build.cache_root(), device, wait=False)
         build.pch_dir(build.cache_root(), device, wait=False, kind="lite")
     started = time.monotonic()
-    hardware = hardware_info(device, gpu_index)
+    with cf.ThreadPoolExecutor(len(indices)) as executor:  # each probe is a process of its own: together
+        hardwares = list(executor.map(lambda index: hardware_info(device, index), indices))
     steps["probe"] = time.monotonic() - started
     mark = time.monotonic()
-    request = EvalRequest(task_source="", kernel_source=WARM_UP_SOURCE, device=device, gpu_index=gpu_index,
-                          compile_timeout_s=900.0)
+    requests = [EvalRequest(task_source="", kernel_source=WARM_UP_SOURCE, device=device, gpu_index=index,
+                            compile_timeout_s=900.0) for index in indices]
+    request, hardware = requests[0], hardwares[0]  # one build serves every GPU of the kind
     # a build folder of its own, as a candidate's build has: the child then loads (or builds) the bridge
     folder = build.extension_dir(WARM_UP_SOURCE, device, build.cuda_arch_list(hardware))
     outcome = build.compile_in_child(request, hardware, build.BuildContext(folder, None))
@@ -48,8 +59,15 @@ def warm_up(device: str, gpu_index: int | None = None, references: int = 0) -> d
     steps["compile_child"] = time.monotonic() - mark
     if references > 0:  # the same environment an evaluation's reference child gets (evaluator._reference)
         mark = time.monotonic()
-        refpool.prestart(build.child_env(request, hardware, None, hide_gpu=False), request.memory_limit_mb,
-                         references, "cuda:0" if device == "cuda" else "cpu", hardware)
+
+        def prestart(pair: tuple[EvalRequest, dict[str, Any]]) -> int:
+            # the child sees its one GPU (CUDA_VISIBLE_DEVICES) as cuda:0
+            return refpool.prestart(build.child_env(pair[0], pair[1], None, hide_gpu=False),
+                                    pair[0].memory_limit_mb, references, "cuda:0" if device == "cuda" else "cpu",
+                                    pair[1])
+
+        with cf.ThreadPoolExecutor(len(indices)) as executor:  # each GPU's under its own slot
+            list(executor.map(prestart, zip(requests, hardwares)))
         steps["references"] = time.monotonic() - mark
     if pch:  # the headers (once per toolchain): what is left of their builds
         mark = time.monotonic()
@@ -60,13 +78,13 @@ def warm_up(device: str, gpu_index: int | None = None, references: int = 0) -> d
 
 
 def warm_up_in_background(device: str, gpu_index: int | None = None, who: str = "worker",
-                          references: int = 0) -> threading.Thread:
+                          references: int = 0, gpus: Sequence[int] | None = None) -> threading.Thread:
     """``warm_up`` on a daemon thread; what it did (or why it could not) goes to stderr. Evaluations
     may start meanwhile: they share what it has made so far (the zygote and bridge have their locks)."""
 
     def run() -> None:
         try:
-            steps = warm_up(device, gpu_index, references)
+            steps = warm_up(device, gpu_index, references, gpus)
             done = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in steps.items())
             print(f"[kernelarena] {who} {os.getpid()} warmed up for {device}: {done}", file=sys.stderr, flush=True)
         except Exception as exc:  # noqa: BLE001 - a warm-up that fails leaves the first evaluation to do it

@@ -26,10 +26,14 @@ def _warm_up_evaluator(who: str) -> None:
         print(f"[kernelarena] no warm-up: {exc}", file=sys.stderr, flush=True)
         return
     if device:
+        from django.conf import settings
+
         from gpu_workers.judge import limit_threads
 
         limit_threads()  # the node's other evaluation processes judge at the same time
-        warm_up_in_background(device, who=who, references=1)  # a prefork process runs one evaluation at a time
+        # a prefork process runs one evaluation at a time, on any of the EVAL_GPUS (services.evaluation_gpu)
+        gpus = range(settings.EVAL_GPUS) if device == "cuda" else None
+        warm_up_in_background(device, who=who, references=1, gpus=gpus)
 
 
 @worker_process_init.connect

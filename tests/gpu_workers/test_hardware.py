@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from types import SimpleNamespace
 
@@ -38,3 +39,37 @@ def test_where_a_timing_ran_against_the_gpus_node(monkeypatch):
     assert hardware.placement(_result(list(range(16)), [3])) == "unknown"  # one node: nothing to tell apart
     assert hardware.placement(_result([], [3])) == "unknown"
     assert hardware.placement(SimpleNamespace(hardware={}, timing_stats={})) == "unknown"
+
+
+def test_a_gpu_is_probed_once_however_many_ask_at_once_and_a_failed_probe_is_not_kept(monkeypatch):
+    """A pool's first round asks for each GPU's facts from every worker thread together; each probe is
+    a Python with CUDA (seconds). The probe process stands in here for a GPU this machine lacks."""
+    import threading
+    import time
+
+    calls: list[int] = []
+
+    def probe(argv, **_):
+        index = int(argv[-1])
+        calls.append(index)
+        time.sleep(0.2)
+        if index == 98:
+            return SimpleNamespace(returncode=1, stdout="", stderr="no device 98")
+        return SimpleNamespace(returncode=0, stderr="", stdout=json.dumps({"name": "Stand-in GPU", "index": index}) + "\n")
+
+    monkeypatch.setattr(hardware.subprocess, "run", probe)
+    hardware._probe_gpu_once.cache_clear()
+    try:
+        facts: list[dict] = []
+        threads = [threading.Thread(target=lambda: facts.append(hardware._probe_gpu(97))) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert calls == [97] and len(facts) == 8 and all(f["name"] == "Stand-in GPU" for f in facts)
+        for _ in range(2):  # each caller after a failure tries again
+            with pytest.raises(RuntimeError, match="no usable CUDA device 98"):
+                hardware._probe_gpu(98)
+        assert calls == [97, 98, 98]
+    finally:
+        hardware._probe_gpu_once.cache_clear()

@@ -44,6 +44,7 @@ def test_ray_pool_runs_several_evaluations_per_actor():
     ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True)
     try:
         with RayPool(actors=1, concurrency=3) as pool:
+            assert pool.wait_ready(60)  # a CPU actor has no warm-up to wait for
             statuses = [r.status for r in pool.map(_requests())]
     finally:
         ray.shutdown()

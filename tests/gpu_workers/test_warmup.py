@@ -110,3 +110,28 @@ def test_an_evaluation_never_waits_for_the_header_a_warm_up_does(tmp_path, monke
     assert folder is not None and (folder / "torch" / "extension.h.gch").read_text() == "built\n"
     assert (folder / "torch" / "extension.h").resolve().name == "extension.h"  # the real header beside it
     assert buildcache.pch_dir(cache, "cpu", wait=False) == folder
+
+
+def _gpus() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:  # noqa: BLE001 - no CUDA build, no driver
+        return 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_gpus() < 2, reason="needs two CUDA GPUs (the 2-GPU machine kind)")
+def test_a_warm_up_over_several_gpus_leaves_reference_children_on_each(kernelarena_cache_dir):
+    refpool.close_all()
+    steps = warmup.warm_up("cuda", references=1, gpus=[0, 1])
+    assert set(steps) >= {"probe", "compile_child", "references"}
+    assert len(refpool.idle_pids()) == 2  # one for each GPU
+    for index in (1, 0):  # the second GPU's first evaluation finds its reference child as the first's does
+        result = evaluate(EvalRequest(task_source=TASK, kernel_source=CANDIDATE, device="cuda", track="open",
+                                      baselines=(), timing_budget_s=0.05, gpu_index=index))
+        assert result.status == "passed", result.message
+        assert result.hardware["gpu"]["index"] == index
+        assert "reference: reused" in [label for label, _ in result.timing_stats["timeline"]]
+    refpool.close_all()
