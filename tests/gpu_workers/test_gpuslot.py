@@ -225,8 +225,8 @@ def test_stretches_say_which_step_held_a_timer_back_and_a_release_lets_it_in_at_
             slot.pause_point("short")
             long_step.set()
             time.sleep(0.3)  # GPU work that a timer arriving now must wait for
+            times["released"] = time.monotonic()  # before: the timer may get in before release returns
             slot.release("long")
-            times["released"] = time.monotonic()
             time.sleep(0.2)  # CPU work alone: the timer runs meanwhile
             slot.shared()
             times["back"] = time.monotonic()
