@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Django's command-line utility for KernelArena (``python manage.py demo``)."""
+"""Django's command-line utility for KernelCourt (``python manage.py demo``)."""
 
 import os
 import sys

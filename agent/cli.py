@@ -49,7 +49,7 @@ class TextSink:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m agent", description="KernelArena agent rollouts.")
+    parser = argparse.ArgumentParser(prog="python -m agent", description="KernelCourt agent rollouts.")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run one rollout on a task file against an OpenAI-compatible endpoint")
     run.add_argument(
@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--base-url", required=True, help="API root, e.g. http://localhost:8000/v1")
     run.add_argument("--model", required=True)
-    run.add_argument("--api-key", default=None, help="default: $KERNELARENA_LLM_API_KEY or $OPENAI_API_KEY")
+    run.add_argument("--api-key", default=None, help="default: $KERNELCOURT_LLM_API_KEY or $OPENAI_API_KEY")
     run.add_argument("--max-turns", type=int, default=None)
     run.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     run.add_argument("--track", choices=("strict", "open"), default="strict")

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-API_KEY_ENV_VARS = ("KERNELARENA_LLM_API_KEY", "OPENAI_API_KEY")
+API_KEY_ENV_VARS = ("KERNELCOURT_LLM_API_KEY", "OPENAI_API_KEY")
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
 

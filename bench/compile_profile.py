@@ -102,8 +102,8 @@ def main() -> int:
     if not args.lite_pch:
         context.lite_pch = None
     env = build.child_env(request, hardware, context, hide_gpu=True)
-    for key in ("TORCH_EXTENSIONS_DIR", "CPATH", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "KERNELARENA_CACHE_DIR",
-                "KERNELARENA_LITE_PCH"):
+    for key in ("TORCH_EXTENSIONS_DIR", "CPATH", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "KERNELCOURT_CACHE_DIR",
+                "KERNELCOURT_LITE_PCH"):
         if key in env:
             os.environ[key] = env[key]
     if not fastbuild.install():

@@ -149,7 +149,7 @@ def ours_build(source: str, device: str, hardware: dict, show_log: bool = False)
         raise RuntimeError(f"our build did not complete: {outcome.log[-2000:]}")
     if show_log:  # where our time went, as the compile child reports it
         for line in outcome.log.splitlines():
-            if line.startswith(("[kernelarena]", "[judge]")):
+            if line.startswith(("[kernelcourt]", "[judge]")):
                 print(f"  {line}")
     return elapsed, build
 
@@ -169,8 +169,8 @@ def run_built(source_path: Path, device: str, build, out: Path) -> tuple[float, 
 
 def build_path(folder: Path) -> str:
     """Which of our builds made the extension: light, split or plain (a failed path leaves a marker)."""
-    for path, marker in (("light+split", "kernelarena-lite-split"), ("light", "kernelarena-lite"),
-                         ("split", "kernelarena-split")):
+    for path, marker in (("light+split", "kernelcourt-lite-split"), ("light", "kernelcourt-lite"),
+                         ("split", "kernelcourt-split")):
         for built in (folder / marker).glob("*"):
             if not any(built.glob("*-failed.log")) and any(built.glob("*.so")):
                 return path
@@ -206,8 +206,8 @@ def main() -> int:
     hardware = hardware_info(args.device)
     work = Path(tempfile.mkdtemp(prefix="ka-bench-"))
     # Every candidate is a distinct source, so every build is cold either way; the one-time pieces
-    # (precompiled header, light-build bridge) are kept in KERNELARENA_CACHE_DIR when it is set.
-    os.environ.setdefault("KERNELARENA_CACHE_DIR", str(work / "cache"))
+    # (precompiled header, light-build bridge) are kept in KERNELCOURT_CACHE_DIR when it is set.
+    os.environ.setdefault("KERNELCOURT_CACHE_DIR", str(work / "cache"))
     print(f"machine: {hardware['name']} ({os.cpu_count()} cores), torch {torch.__version__}, device {args.device}")
 
     started = time.perf_counter()

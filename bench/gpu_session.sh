@@ -17,7 +17,7 @@
 #   PART=7 bash bench/gpu_session.sh   # the fault test, compile (1 load_inline, 6 ours), throughput at 4 and
 #                                      # 16 workers (16 and 64 candidates of 1M elements), fidelity, ncu
 #   PART=8 bash bench/gpu_session.sh   # throughput at 16 workers (64 candidates of 1M elements) under each cap
-#                                      # on shared GPU holders in CAPS (KERNELARENA_GPU_SHARED_MAX; 0: none)
+#                                      # on shared GPU holders in CAPS (KERNELCOURT_GPU_SHARED_MAX; 0: none)
 #   PART=9 bash bench/gpu_session.sh   # test_gpu_hacks, throughput at 1, 4, 16 and 24 workers (1M elements,
 #                                      # 4 rounds), fidelity and ncu on gelu
 #   PART=10 bash bench/gpu_session.sh  # the fault and hack GPU tests, throughput at 1, 4, 16 and 24 workers
@@ -31,7 +31,7 @@
 #                                      # tests, every suite task once (medians) and ncu on all of them
 #   PART=15 bash bench/gpu_session.sh  # the hack and fault GPU tests (first: the Landlock confinement and the kept
 #                                      # baseline samples have not run on a GPU yet), then throughput at 16 workers
-#                                      # (80 candidates) with each median precision in SETTLES (KERNELARENA_SETTLE_WITHIN)
+#                                      # (80 candidates) with each median precision in SETTLES (KERNELCOURT_SETTLE_WITHIN)
 #   PART=16 bash bench/gpu_session.sh  # the hack, fault and measure GPU tests, then throughput at 16 workers (80
 #                                      # candidates) for each of VARIANTS (name:VAR=value,VAR=value; "default" alone)
 #   PART=17 bash bench/gpu_session.sh  # throughput for each of VARIANTS, then fidelity (5 evaluations) and ncu on gelu
@@ -96,18 +96,18 @@ case "${PART:-all}" in
         "${SETTLE_S:=130}" ;;
   16) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_gpu_faults.py tests/gpu_workers/test_measure.py}" \
         "${TESTS_S:=240}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" \
-        "${VARIANTS:=default nice0:KERNELARENA_COMPILE_NICE=0}" "${VARIANT_S:=140}" ;;
+        "${VARIANTS:=default nice0:KERNELCOURT_COMPILE_NICE=0}" "${VARIANT_S:=140}" ;;
   18) : "${CONFINE_S:=120}" "${TESTS:=tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_gpu_faults.py}" \
         "${TESTS_S:=200}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" \
         "${VARIANTS:=default}" "${VARIANT_S:=140}" ;;
-  19) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_ENV:=KERNELARENA_TIMING_SPIN=0}" "${TESTS_S:=150}" \
+  19) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_ENV:=KERNELCOURT_TIMING_SPIN=0}" "${TESTS_S:=150}" \
         "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" \
-        "${VARIANTS:=spin nospin:KERNELARENA_TIMING_SPIN=0 settle2:KERNELARENA_SETTLE_WITHIN=0.02}" "${VARIANT_S:=120}" ;;
+        "${VARIANTS:=spin nospin:KERNELCOURT_TIMING_SPIN=0 settle2:KERNELCOURT_SETTLE_WITHIN=0.02}" "${VARIANT_S:=120}" ;;
   20) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_S:=150}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" \
-        "${FIDELITY_VARIANTS:=nospin:KERNELARENA_TIMING_SPIN=0}" "${FIDELITY_S:=130}" "${NCU_S:=40}" ;;
+        "${FIDELITY_VARIANTS:=nospin:KERNELCOURT_TIMING_SPIN=0}" "${FIDELITY_S:=130}" "${NCU_S:=40}" ;;
   21) : "${TESTS:=tests/gpu_workers/test_measure.py tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_S:=130}" \
-        "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_VARIANTS:=local:KERNELARENA_TIMING_CPUS=gpu-local}" \
-        "${FIDELITY_S:=115}" "${NCU_S:=0}" "${VARIANTS:=default local:KERNELARENA_TIMING_CPUS=gpu-local}" \
+        "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_VARIANTS:=local:KERNELCOURT_TIMING_CPUS=gpu-local}" \
+        "${FIDELITY_S:=115}" "${NCU_S:=0}" "${VARIANTS:=default local:KERNELCOURT_TIMING_CPUS=gpu-local}" \
         "${VARIANT_N:=64}" "${VARIANT_S:=95}" ;;
   22) : "${TESTS:=tests/gpu_workers/test_measure.py tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_gpu_faults.py}" \
         "${TESTS_S:=190}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_S:=130}" "${NCU_S:=40}" \
@@ -118,19 +118,19 @@ case "${PART:-all}" in
         "${VARIANT_N:=160}" "${FIDELITY_S:=0}" "${NCU_S:=0}" ;;
   25) : "${TESTS:=tests/gpu_workers/test_measure.py tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_gpu_faults.py}" \
         "${TESTS_S:=190}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${JUDGE_S:=40}" "${FIDELITY_S:=0}" \
-        "${NCU_S:=0}" "${VARIANTS:=default judge16:KERNELARENA_JUDGE_THREADS=16}" "${VARIANT_S:=130}" ;;
+        "${NCU_S:=0}" "${VARIANTS:=default judge16:KERNELCOURT_JUDGE_THREADS=16}" "${VARIANT_S:=130}" ;;
   26) : "${TESTS:=tests/gpu_workers/test_measure.py tests/gpu_workers/test_litebuild.py tests/gpu_workers/test_gpu_hacks.py}" \
         "${TESTS_S:=200}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${PROFILE_S:=90}" "${FIDELITY_S:=0}" \
         "${NCU_S:=0}" "${VARIANTS:=}" ;;
   27) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${CONTEXT_S:=90}" "${FIDELITY_S:=0}" \
         "${NCU_S:=0}" "${VARIANT_N:=160}" "${VARIANT_S:=200}" \
-        "${VARIANTS:=free hold:KERNELARENA_GPU_HOLD_CONTEXTS=1,KERNELARENA_CACHE_DIR=/tmp/ka-cache-hold}" ;;
+        "${VARIANTS:=free hold:KERNELCOURT_GPU_HOLD_CONTEXTS=1,KERNELCOURT_CACHE_DIR=/tmp/ka-cache-hold}" ;;
   17) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${VARIANTS:=default}" "${VARIANT_S:=140}" \
         "${FIDELITY_S:=150}" "${NCU_S:=40}" ;;
   3) : "${COMPILE_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" "${TESTS_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${SUITE_S:=540}" ;;
 esac
 OUT=${OUT:-/tmp/ka-out}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 KERNELARENA_CACHE_DIR=${KERNELARENA_CACHE_DIR:-/tmp/ka-cache}
+export PYTHONUNBUFFERED=1 KERNELCOURT_CACHE_DIR=${KERNELCOURT_CACHE_DIR:-/tmp/ka-cache}
 GPUS=$(nvidia-smi -L | wc -l)
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
   python3 -c "import torch,sys;print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))"
@@ -171,7 +171,7 @@ if [ "${RAY_S:-0}" -gt 0 ] && [ -f .whl/ray.tar.xz ]; then
     --candidates "${TP_N:-32}" --size "${TP_SIZE:-0}"
 fi
 for settle in ${SETTLES:-}; do
-  TAIL=3 KERNELARENA_SETTLE_WITHIN=$settle step "throughput_settle$settle" "${SETTLE_S:-130}" $CORES16 python3 \
+  TAIL=3 KERNELCOURT_SETTLE_WITHIN=$settle step "throughput_settle$settle" "${SETTLE_S:-130}" $CORES16 python3 \
     bench/throughput.py --device cuda --build --gpus 1 --workers 16 --candidates 80 --size 1048576
 done
 for variant in ${VARIANTS:-}; do  # name, or name:VAR=value,VAR=value: the same throughput run under each setting
@@ -180,7 +180,7 @@ for variant in ${VARIANTS:-}; do  # name, or name:VAR=value,VAR=value: the same 
     --device cuda --build --gpus 1 --workers 16 --candidates "${VARIANT_N:-80}" --size 1048576
 done
 for cap in ${CAPS:-}; do
-  TAIL=4 KERNELARENA_GPU_SHARED_MAX=$cap step "throughput_cap$cap" "${CAP_S:-110}" $CORES16 python3 bench/throughput.py \
+  TAIL=4 KERNELCOURT_GPU_SHARED_MAX=$cap step "throughput_cap$cap" "${CAP_S:-110}" $CORES16 python3 bench/throughput.py \
     --device cuda --build --gpus 1 --workers 16 --candidates 64 --size 1048576
 done
 for variant in ${FIDELITY_VARIANTS:-}; do  # name:VAR=value,...: fidelity under another setting, before the main one

@@ -101,7 +101,7 @@ def main() -> int:
     if args.warm_up and args.pool == "local" and args.zygote != "both":  # Ray actors warm themselves (_batch)
         from gpu_workers.warmup import warm_up
 
-        os.environ["KERNELARENA_ZYGOTE"] = "1" if args.zygote == "on" else "0"
+        os.environ["KERNELCOURT_ZYGOTE"] = "1" if args.zygote == "on" else "0"
         started = time.perf_counter()
         gpus = max(args.gpus, 1)  # reference children for as many evaluations as each GPU gets at once
         steps = warm_up(args.device, 0 if args.device == "cuda" else None, references=-(-max(args.workers) // gpus),
@@ -117,7 +117,7 @@ def main() -> int:
     modes = ["off", "on"] if args.zygote == "both" else [args.zygote]
     for workers in args.workers:
         for mode in modes:
-            os.environ["KERNELARENA_ZYGOTE"] = "1" if mode == "on" else "0"
+            os.environ["KERNELCOURT_ZYGOTE"] = "1" if mode == "on" else "0"
             count = max(args.candidates, args.rounds * workers)
             label = (f"{workers} worker(s)" + (" through Ray" if args.pool == "ray" else "")
                      + (f", children {'forked from the zygote' if mode == 'on' else 'started with python -m'}"

@@ -1,4 +1,4 @@
-"""KernelArena's evaluator: sandboxed compile, verify, integrity checks, profile and reward.
+"""KernelCourt's evaluator: sandboxed compile, verify, integrity checks, profile and reward.
 
 No Django here: this package runs on a bare GPU node that has only torch (+ ray where installed).
 """

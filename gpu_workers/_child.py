@@ -47,7 +47,7 @@ def _confine_candidate_code(kernel_source: str) -> None:
 
     from . import confine
 
-    shared = os.environ.get("KERNELARENA_CACHE_DIR")
+    shared = os.environ.get("KERNELCOURT_CACHE_DIR")
     allowed = [os.getcwd(), "/dev"]
     if shared:
         key = hashlib.sha256(kernel_source.encode("utf-8", "surrogatepass")).hexdigest()[:24]
@@ -58,7 +58,7 @@ def _confine_candidate_code(kernel_source: str) -> None:
         allowed.append(caches)
     if os.environ.get("TORCH_EXTENSIONS_DIR"):
         allowed.append(os.environ["TORCH_EXTENSIONS_DIR"])
-    print(f"[kernelarena] {confine.confine_writes(allowed)}", file=sys.stderr, flush=True)
+    print(f"[kernelcourt] {confine.confine_writes(allowed)}", file=sys.stderr, flush=True)
 
 
 def _short_traceback(exc: BaseException, limit: int = 6000) -> str:
@@ -133,17 +133,17 @@ def _role_compile(setup: dict[str, Any], send: _Sender) -> None:
         try:  # the bridge is ours: built (once per toolchain) or loaded before the confinement
             litebuild.bridge_module(setup.get("device") == "cuda")
         except Exception as exc:  # noqa: BLE001 - the light build will fail over to the next build
-            print(f"[kernelarena] no light-build bridge: {exc}"[:2000], file=sys.stderr, flush=True)
+            print(f"[kernelcourt] no light-build bridge: {exc}"[:2000], file=sys.stderr, flush=True)
     if int(setup.get("nice") or 0) > 0:  # after the bridge, which every first build waits for
         os.nice(int(setup["nice"]))      # inherited by the compilers this child runs
     _confine_candidate_code(setup["kernel_source"])
     try:
-        exec_source(setup["kernel_source"], "kernelarena_candidate", "<kernel>")
+        exec_source(setup["kernel_source"], "kernelcourt_candidate", "<kernel>")
     except BaseException as exc:  # noqa: BLE001 - candidate code
         send("compile_failed", build_error=_is_build_error(exc), error=_short_traceback(exc))
         return
     elapsed = time.perf_counter() - start
-    print(f"[kernelarena] the compile child ran the candidate's module in {elapsed:.2f} s", file=sys.stderr, flush=True)
+    print(f"[kernelcourt] the compile child ran the candidate's module in {elapsed:.2f} s", file=sys.stderr, flush=True)
     send("compiled", ms=elapsed * 1e3)
 
 
@@ -423,7 +423,7 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
     trial_inputs = [_make_inputs(task, seed, device) for _, seed in seeds["trials"]]
     rotation_inputs = [_make_inputs(task, seed, device) for seed in seeds["rotations"]]
     after_inputs = _make_inputs(task, seeds["after"], device)
-    sys.modules.pop("kernelarena_task", None)
+    sys.modules.pop("kernelcourt_task", None)
     del task
     measure.synchronize(device)
     send.pause("prepared")
@@ -447,7 +447,7 @@ def _role_candidate(setup: dict[str, Any], send: _Sender) -> None:
 
     # 1. import and construct
     try:
-        module = exec_source(setup["kernel_source"], "kernelarena_candidate", "<kernel>")
+        module = exec_source(setup["kernel_source"], "kernelcourt_candidate", "<kernel>")
         model_cls = module.ModelNew
         measure.synchronize(device)  # whatever the import queued: nothing is left on the GPU at the pause
     except BaseException as exc:  # noqa: BLE001

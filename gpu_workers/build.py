@@ -40,7 +40,7 @@ class PhaseFailure(Exception):
 
 
 def cache_root() -> Path:
-    root = Path(os.environ.get("KERNELARENA_CACHE_DIR") or Path.home() / ".cache" / "kernelarena")
+    root = Path(os.environ.get("KERNELCOURT_CACHE_DIR") or Path.home() / ".cache" / "kernelcourt")
     root.mkdir(parents=True, exist_ok=True)
     return root
 
@@ -49,7 +49,7 @@ def cache_root() -> Path:
 def toolchain_id(device: str) -> str:
     """Everything a built extension depends on besides its own source. A child is handed its
     worker's answer (``child_env``) instead of running the compilers' ``--version`` again."""
-    given = os.environ.get(f"KERNELARENA_TOOLCHAIN_{device.upper()}")
+    given = os.environ.get(f"KERNELCOURT_TOOLCHAIN_{device.upper()}")
     if given:
         return given
     import torch
@@ -111,7 +111,7 @@ def child_env(request: EvalRequest, hardware: dict[str, Any], build: BuildContex
     if build is not None and build.pch is not None:
         env["CPATH"] = str(build.pch)
     if build is not None and build.lite_pch is not None:
-        env["KERNELARENA_LITE_PCH"] = str(build.lite_pch)
+        env["KERNELCOURT_LITE_PCH"] = str(build.lite_pch)
     env["MAX_JOBS"] = str(request.extra.get("max_jobs", os.cpu_count() or 1))
     if request.device == "cuda":
         arch = cuda_arch_list(hardware)
@@ -122,8 +122,8 @@ def child_env(request: EvalRequest, hardware: dict[str, Any], build: BuildContex
         env["CUDA_VISIBLE_DEVICES"] = ""
     env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root() / "inductor")
     env["TRITON_CACHE_DIR"] = str(cache_root() / "triton")
-    env["KERNELARENA_CACHE_DIR"] = str(cache_root())  # the light-build bridge lives there, built once
-    env[f"KERNELARENA_TOOLCHAIN_{request.device.upper()}"] = toolchain_id(request.device)  # names the bridge
+    env["KERNELCOURT_CACHE_DIR"] = str(cache_root())  # the light-build bridge lives there, built once
+    env[f"KERNELCOURT_TOOLCHAIN_{request.device.upper()}"] = toolchain_id(request.device)  # names the bridge
     return env
 
 
@@ -195,10 +195,10 @@ def compile_candidate(request: EvalRequest, hardware: dict[str, Any], build: Bui
 # exactly one candidate; a spare has run no candidate code. What differs per build (extensions folder,
 # precompiled header, architectures, jobs) travels in the setup and is applied before the candidate's
 # code runs.
-_PER_BUILD_ENV = ("TORCH_EXTENSIONS_DIR", "CPATH", "KERNELARENA_LITE_PCH", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS",
-                  "OMP_NUM_THREADS", "MKL_NUM_THREADS", "KERNELARENA_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
-                  "KERNELARENA_TOOLCHAIN_CPU", "KERNELARENA_TOOLCHAIN_CUDA")
-_SWITCHES = ("KERNELARENA_LITE", "KERNELARENA_SPLIT", "KERNELARENA_CONFINE")  # as the worker has them now
+_PER_BUILD_ENV = ("TORCH_EXTENSIONS_DIR", "CPATH", "KERNELCOURT_LITE_PCH", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS",
+                  "OMP_NUM_THREADS", "MKL_NUM_THREADS", "KERNELCOURT_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
+                  "KERNELCOURT_TOOLCHAIN_CPU", "KERNELCOURT_TOOLCHAIN_CUDA")
+_SWITCHES = ("KERNELCOURT_LITE", "KERNELCOURT_SPLIT", "KERNELCOURT_CONFINE")  # as the worker has them now
 _spares: list[tuple[int, sandbox.Child]] = []  # (the process that started it, the child)
 _spares_lock = threading.Lock()
 _in_flight = [0]  # compiles running in this process: keep one spare more than that ready
@@ -206,18 +206,18 @@ _in_flight = [0]  # compiles running in this process: keep one spare more than t
 
 def compile_nice() -> int:
     """How much lower the compile child (and the compilers it runs) is scheduled than the rest of an
-    evaluation: ``KERNELARENA_COMPILE_NICE`` (default 10, 0 to 19). Compiles are the bulk of the CPU
+    evaluation: ``KERNELCOURT_COMPILE_NICE`` (default 10, 0 to 19). Compiles are the bulk of the CPU
     work and wait for nobody; the children that time kernels or feed the GPU should get a core first
     when there are more runnable processes than cores."""
     try:
-        value = int(os.environ.get("KERNELARENA_COMPILE_NICE", "10"))
+        value = int(os.environ.get("KERNELCOURT_COMPILE_NICE", "10"))
     except ValueError:
         return 10
     return min(max(value, 0), 19)
 
 
 def max_spares() -> int:
-    return int(os.environ.get("KERNELARENA_COMPILE_SPARES", "16"))
+    return int(os.environ.get("KERNELCOURT_COMPILE_SPARES", "16"))
 
 
 def _spawn_compile_child() -> sandbox.Child:

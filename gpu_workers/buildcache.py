@@ -76,8 +76,8 @@ def pch_flags(device: str) -> list[str]:
 
 
 def pch_enabled() -> bool:
-    """``KERNELARENA_PCH=0`` turns the precompiled header off (builds then run as plain ``load_inline``)."""
-    return os.environ.get("KERNELARENA_PCH", "1") != "0"
+    """``KERNELCOURT_PCH=0`` turns the precompiled header off (builds then run as plain ``load_inline``)."""
+    return os.environ.get("KERNELCOURT_PCH", "1") != "0"
 
 
 _building: dict[Path, threading.Thread] = {}  # this process's background header builds, by folder
@@ -104,7 +104,7 @@ def pch_dir(cache_root: Path, device: str, *, wait: bool = True, kind: str = "to
         with _building_lock:
             if folder not in _building or not _building[folder].is_alive():
                 _building[folder] = threading.Thread(target=pch_dir, args=(cache_root, device),
-                                                     kwargs={"kind": kind}, name="kernelarena-pch", daemon=True)
+                                                     kwargs={"kind": kind}, name="kernelcourt-pch", daemon=True)
                 _building[folder].start()
         return None
     (folder / "torch").mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ threads started later and for any process the child starts; it cannot be undone.
 Landlock applies to the thread that asks and to what it starts afterwards, so a child confines itself
 while it is the only thread it has (at its start, or before the candidate's code, whichever its role
 allows: see ``_child``). Where the kernel has no Landlock (or a container filters its system calls),
-``confine_writes`` says so and the child goes on unconfined. ``KERNELARENA_CONFINE=0`` turns it off.
+``confine_writes`` says so and the child goes on unconfined. ``KERNELCOURT_CONFINE=0`` turns it off.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ _TRUNCATE = 1 << 14  # ABI 3
 
 
 def enabled() -> bool:
-    return os.environ.get("KERNELARENA_CONFINE", "1") != "0"
+    return os.environ.get("KERNELCOURT_CONFINE", "1") != "0"
 
 
 def _libc() -> ctypes.CDLL:
@@ -70,7 +70,7 @@ def confine_writes(allowed: Iterable[str | os.PathLike[str]]) -> str:
     folders are skipped. Returns what was done, for the child's log: ``"confined: ..."`` or
     ``"not confined: <why>"``. Never raises."""
     if not enabled():
-        return "not confined: KERNELARENA_CONFINE=0"
+        return "not confined: KERNELCOURT_CONFINE=0"
     abi = abi_version()
     if abi <= 0:
         return "not confined: this kernel has no Landlock"

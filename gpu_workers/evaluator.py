@@ -58,10 +58,10 @@ def max_timed_iterations(device: str) -> int:
 
 def settle_within() -> float:
     """How precisely a timing's median must be known (relative, at 95%) before the timing stops
-    early, for candidates and baselines alike: ``KERNELARENA_SETTLE_WITHIN`` (default 0.01). Looser
+    early, for candidates and baselines alike: ``KERNELCOURT_SETTLE_WITHIN`` (default 0.01). Looser
     holds each GPU alone for less time; the budget still caps a timing either way."""
     try:
-        value = float(os.environ.get("KERNELARENA_SETTLE_WITHIN", "0.01"))
+        value = float(os.environ.get("KERNELCOURT_SETTLE_WITHIN", "0.01"))
     except ValueError:
         return 0.01
     return min(max(value, 0.0), 0.5)
@@ -69,13 +69,13 @@ def settle_within() -> float:
 
 def timing_options(hardware: dict[str, Any]) -> dict[str, Any]:
     """The operator's timing switches, handed to every child that times (reference and candidate):
-    ``settle_within``, ``spin_waits`` (``KERNELARENA_TIMING_SPIN``, default on: see timinghost.SpinWaits)
-    and ``cpus``: with ``KERNELARENA_TIMING_CPUS=gpu-local`` the timing thread runs on the CPUs of the
+    ``settle_within``, ``spin_waits`` (``KERNELCOURT_TIMING_SPIN``, default on: see timinghost.SpinWaits)
+    and ``cpus``: with ``KERNELCOURT_TIMING_CPUS=gpu-local`` the timing thread runs on the CPUs of the
     GPU's own NUMA node while it times (where the machine has more than one node; default: anywhere)."""
     options: dict[str, Any] = {"settle_within": settle_within(),
-                               "spin_waits": os.environ.get("KERNELARENA_TIMING_SPIN", "1") != "0",
+                               "spin_waits": os.environ.get("KERNELCOURT_TIMING_SPIN", "1") != "0",
                                "e2e_rotations": E2E_ROTATIONS}
-    if os.environ.get("KERNELARENA_TIMING_CPUS", "") == "gpu-local":
+    if os.environ.get("KERNELCOURT_TIMING_CPUS", "") == "gpu-local":
         mine = os.sched_getaffinity(0)
         local = set((hardware.get("gpu") or {}).get("local_cpus") or ()) & mine
         if local and local != mine:

@@ -23,7 +23,7 @@ def install() -> bool:
     """Replace ``torch.utils.cpp_extension.load_inline`` in this process (a compile or candidate
     child) with one that tries the light build first (``litebuild``), then the split build, then the
     plain one. Off without ``TORCH_EXTENSIONS_DIR`` (only our children set it) or on a torch without
-    ``no_implicit_headers``; ``KERNELARENA_LITE=0`` and ``KERNELARENA_SPLIT=0`` turn off one path each."""
+    ``no_implicit_headers``; ``KERNELCOURT_LITE=0`` and ``KERNELCOURT_SPLIT=0`` turn off one path each."""
     if not os.environ.get("TORCH_EXTENSIONS_DIR"):
         return False
     from torch.utils import cpp_extension
@@ -34,7 +34,7 @@ def install() -> bool:
         return False
 
     def note(text: str) -> None:  # the compile log says which build made the module
-        print(f"[kernelarena] {text}", file=sys.stderr, flush=True)
+        print(f"[kernelcourt] {text}", file=sys.stderr, flush=True)
 
     def fell_back(marker: Path, name: str, exc: BaseException) -> None:
         kind = "light" if marker.name.startswith("lite") else "split"
@@ -51,7 +51,7 @@ def install() -> bool:
         for lite in litebuild.plans(dict(bound.arguments)):
             try:
                 module = litebuild.load(lite, original)
-                steps = ", ".join(f"{k[:-2]} {v:.2f} s" for k, v in module.__kernelarena_steps__.items())
+                steps = ", ".join(f"{k[:-2]} {v:.2f} s" for k, v in module.__kernelcourt_steps__.items())
                 note(f"{bound.arguments['name']}: {lite.kind} build ({steps})")
                 return module
             except Exception as exc:  # noqa: BLE001 - a failed light build falls back to the next build

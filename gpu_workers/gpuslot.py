@@ -18,7 +18,7 @@ holders drain and the timer gets the GPU. Holders need not drain whole phases: a
 for its parent's go; at each one the parent steps aside if a timer is waiting (``pause_point``:
 a waiting timer holds the ``want`` file shared, so a non-blocking exclusive try shows it) and takes
 the GPU back, shared, after the timing. A timer so waits for the next pause point of each holder, not
-for the end of its phase. ``KERNELARENA_GPU_SHARED_MAX=K`` caps the shared holders
+for the end of its phase. ``KERNELCOURT_GPU_SHARED_MAX=K`` caps the shared holders
 of one GPU at K (a shared holder first takes one of K seats): without MPS, every process on a GPU
 gets time slices of it in turn, so many concurrent holders each run slower and a timer waits longer
 for them to drain. Unset or 0: no cap. The locks are ``flock``s on files named after the GPU's UUID,
@@ -70,24 +70,24 @@ class SlotUse:
 
 
 def exclusive() -> bool:
-    return os.environ.get("KERNELARENA_GPU_EXCLUSIVE", "1") != "0"
+    return os.environ.get("KERNELCOURT_GPU_EXCLUSIVE", "1") != "0"
 
 
 def contexts_held() -> bool:
     """Whether a candidate child makes its CUDA context (its warm-up) and ends it (its exit) with the
-    GPU held shared. Off unless ``KERNELARENA_GPU_HOLD_CONTEXTS=1``: the driver does that work on the
+    GPU held shared. Off unless ``KERNELCOURT_GPU_HOLD_CONTEXTS=1``: the driver does that work on the
     CPU, and on a busy node it takes over a second (median 1.3 s, 90th percentile 3.6–4.1 s on the
     H200's 16 cores), which a waiting timer would wait for. On the H200, with idle contexts of other
     processes present as on any busy node, neighbours making and ending contexts moved a timed
     memory-bound kernel's median by 0.989–1.004x against neighbours loading the CPU alike (three runs of
     bench/context_interference.py; docs/benchmarks.md). The child allocates and runs nothing of the
     task's or the candidate's before its turn, which it takes under the slot."""
-    return os.environ.get("KERNELARENA_GPU_HOLD_CONTEXTS", "0") == "1"
+    return os.environ.get("KERNELCOURT_GPU_HOLD_CONTEXTS", "0") == "1"
 
 
 def shared_max() -> int:
     try:
-        return max(0, int(os.environ.get("KERNELARENA_GPU_SHARED_MAX", "0") or 0))
+        return max(0, int(os.environ.get("KERNELCOURT_GPU_SHARED_MAX", "0") or 0))
     except ValueError:
         return 0
 
@@ -237,7 +237,7 @@ class GpuSlot:
 
 @contextmanager
 def gpu_slot(hardware: dict[str, Any], use: SlotUse | None = None, mode: str = "shared") -> Iterator[GpuSlot]:
-    """Hold the device for the block, shared or exclusive (a no-op with KERNELARENA_GPU_EXCLUSIVE=0);
+    """Hold the device for the block, shared or exclusive (a no-op with KERNELCOURT_GPU_EXCLUSIVE=0);
     the slot can switch modes inside the block."""
     slot = GpuSlot(hardware, use)
     try:

@@ -28,7 +28,7 @@ class Comparison:
 
 def limit_threads() -> int:
     """Cap this process's torch intra-op threads for the judge's comparisons at
-    ``KERNELARENA_JUDGE_THREADS`` (default 1; never raised) and return the cap. Called where a
+    ``KERNELCOURT_JUDGE_THREADS`` (default 1; never raised) and return the cap. Called where a
     worker starts (the local pool, a Ray evaluator actor, a Celery evaluation process), not by a
     lone ``evaluate``: a worker runs many evaluations at once, each judging in its own thread; with
     torch's default (a thread per core) every one of them would start a team of that many threads
@@ -36,7 +36,7 @@ def limit_threads() -> int:
     from the concurrent evaluations. Process-wide: torch has no per-call setting, and a thread takes
     the cap when it first runs an op."""
     try:
-        cap = max(1, int(os.environ.get("KERNELARENA_JUDGE_THREADS", "1")))
+        cap = max(1, int(os.environ.get("KERNELCOURT_JUDGE_THREADS", "1")))
     except ValueError:
         cap = 1
     if torch.get_num_threads() > cap:

@@ -3,7 +3,7 @@
 Even with a precompiled header, g++ spends several seconds on every unit that includes
 ``torch/extension.h`` (template instantiation at the end of the unit; no header cache removes it).
 The candidate's own host code is short. So we compile it against ``lite/include``: stand-ins for the
-PyTorch headers candidates include, which declare the everyday C++ API (``kernelarena_lite.h``).
+PyTorch headers candidates include, which declare the everyday C++ API (``kernelcourt_lite.h``).
 Every call goes to PyTorch itself through a bridge extension built once per toolchain
 (``lite/bridge.cpp``): tensor queries read the real tensor, operators run through PyTorch's dispatcher
 by schema name, the stream is PyTorch's current stream. A CUDA source is split first (``splitbuild``:
@@ -80,8 +80,8 @@ class LitePlan:
 
 def enabled() -> bool:
     """Light builds are tried in this process: one of our children (it has an extensions folder),
-    unless ``KERNELARENA_LITE=0``."""
-    return os.environ.get("KERNELARENA_LITE", "1") != "0" and bool(os.environ.get("TORCH_EXTENSIONS_DIR"))
+    unless ``KERNELCOURT_LITE=0``."""
+    return os.environ.get("KERNELCOURT_LITE", "1") != "0" and bool(os.environ.get("TORCH_EXTENSIONS_DIR"))
 
 
 def host_flags(with_cuda: bool) -> list[str]:
@@ -139,15 +139,15 @@ def plans(arguments: dict[str, Any]) -> list[LitePlan]:
         out.append(LitePlan(kind, {**common, "cpp_sources": [cpp], "cuda_sources": [cuda] if cuda else None,
                                    "build_directory": str(build_dir)}, marker))
 
-    if device_parts and os.environ.get("KERNELARENA_SPLIT", "1") != "0":
+    if device_parts and os.environ.get("KERNELCOURT_SPLIT", "1") != "0":
         try:
             split = split_cuda_source("\n".join(device_parts))
         except NotSplittable:
             split = None
         if split is not None:
-            add("light+split", "kernelarena-lite-split",
+            add("light+split", "kernelcourt-lite-split",
                 "\n".join(["#include <torch/extension.h>", *host_parts, split.host, binding]), split.device)
-    add("light", "kernelarena-lite", host, device if device_parts else None)
+    add("light", "kernelcourt-lite", host, device if device_parts else None)
     return out
 
 
@@ -155,14 +155,14 @@ def _precompiled() -> list[str]:
     """The folder of the light ``torch/extension.h`` precompiled for this toolchain (``buildcache``,
     ``kind="lite"``), searched before the light headers: g++ takes the ``.gch`` where the build's
     flags match and the header itself (a link beside it) where they do not; nvcc's units see only
-    the link. Empty where none is ready (``KERNELARENA_LITE_PCH`` names it)."""
-    folder = os.environ.get("KERNELARENA_LITE_PCH", "")
+    the link. Empty where none is ready (``KERNELCOURT_LITE_PCH`` names it)."""
+    folder = os.environ.get("KERNELCOURT_LITE_PCH", "")
     return [folder] if folder and (Path(folder) / "torch" / "extension.h.gch").is_file() else []
 
 
 def load(lite: LitePlan, load_inline: Any) -> types.ModuleType:
     """Build (or find built) and bind; raises on any failure (the caller falls back). The seconds
-    each step took are kept in ``module.__kernelarena_steps__`` (the compile log shows them)."""
+    each step took are kept in ``module.__kernelcourt_steps__`` (the compile log shows them)."""
     started = time.perf_counter()
     bridge = bridge_module(bool(lite.arguments.get("with_cuda")))
     bridged = time.perf_counter()
@@ -172,7 +172,7 @@ def load(lite: LitePlan, load_inline: Any) -> types.ModuleType:
     module.__file__ = str(path)
     for name, function in bridge.bind(str(path)):
         setattr(module, name, function)
-    module.__kernelarena_steps__ = {"bridge_s": bridged - started, "build_and_load_s": built - bridged,
+    module.__kernelcourt_steps__ = {"bridge_s": bridged - started, "build_and_load_s": built - bridged,
                                     "bind_s": time.perf_counter() - built}
     return module
 
@@ -193,9 +193,9 @@ def bridge_module(with_cuda: bool) -> types.ModuleType:
     # Optimised: every call of a light-built function goes through it, and torch's load_inline adds no
     # -O of its own (at -O0 the bridge cost ~25 µs per call that allocates, where torch's own ~1 µs).
     cflags = ["-O3"] + (["-DKA_WITH_CUDA"] if with_cuda else [])
-    key = hashlib.sha256("\0".join([source, (ABI / "kernelarena_abi.h").read_text(), " ".join(cflags),
+    key = hashlib.sha256("\0".join([source, (ABI / "kernelcourt_abi.h").read_text(), " ".join(cflags),
                                     toolchain_id("cuda" if with_cuda else "cpu"), str(with_cuda)]).encode())
-    name = f"kernelarena_bridge_{key.hexdigest()[:16]}"
+    name = f"kernelcourt_bridge_{key.hexdigest()[:16]}"
     folder = cache_root() / "lite" / name
     folder.mkdir(parents=True, exist_ok=True)
     existing = sys.modules.get(name)

@@ -149,11 +149,11 @@ class RayPool(_Pool):
     is restarted and its evaluations in flight are retried once."""
 
     def __init__(self, actors: int | None = None, address: str | None = None, concurrency: int = 4,
-                 name: str | None = None, namespace: str = "kernelarena"):
+                 name: str | None = None, namespace: str = "kernelcourt"):
         try:
             import ray
         except ImportError as exc:  # Ray is optional at import
-            raise RuntimeError("RayPool needs ray: pip install 'kernelarena[ray]' (or use LocalPool)") from exc
+            raise RuntimeError("RayPool needs ray: pip install 'kernelcourt[ray]' (or use LocalPool)") from exc
         import os
 
         if concurrency < 1:
@@ -198,7 +198,7 @@ class RayPool(_Pool):
 _shared_pools: dict[tuple[int, str], RayPool] = {}
 
 
-def shared_ray_pool(name: str = "kernelarena-evaluator") -> RayPool:
+def shared_ray_pool(name: str = "kernelcourt-evaluator") -> RayPool:
     """This process's handle on the cluster's named evaluator actors (RAY_ADDRESS), made once per
     process: what the Celery ``gpu`` queue feeds with EVAL_POOL=ray."""
     import os

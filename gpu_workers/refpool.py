@@ -11,7 +11,7 @@ A child is given back only after a clean run (its ``done`` came); any failure, t
 break closes it. It is retired after ``MAX_USES`` evaluations or once its resident memory passes
 half of its limit, so growth from one task never reaches another's limit. Between evaluations it
 holds no GPU slot and runs nothing; it frees its cached GPU memory before reporting ``done``.
-``KERNELARENA_REFERENCE_REUSE=0`` starts a fresh reference child every time.
+``KERNELCOURT_REFERENCE_REUSE=0`` starts a fresh reference child every time.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ _LOCK = threading.Lock()
 
 
 def enabled() -> bool:
-    return os.environ.get("KERNELARENA_REFERENCE_REUSE", "1") != "0"
+    return os.environ.get("KERNELCOURT_REFERENCE_REUSE", "1") != "0"
 
 
 def _key(env_extra: dict[str, str], memory_limit_mb: int) -> tuple[Any, ...]:

@@ -32,7 +32,7 @@ _ENV_KEEP = (
     "PATH", "LANG", "LC_ALL", "TZ", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "CC", "CXX",
     "NVCC_CCBIN", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
     "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "TRITON_CACHE_DIR",
-    "TORCHINDUCTOR_CACHE_DIR", "VIRTUAL_ENV", "KERNELARENA_LITE", "KERNELARENA_SPLIT", "KERNELARENA_CONFINE",
+    "TORCHINDUCTOR_CACHE_DIR", "VIRTUAL_ENV", "KERNELCOURT_LITE", "KERNELCOURT_SPLIT", "KERNELCOURT_CONFINE",
 )
 
 
@@ -332,7 +332,7 @@ def _fork(role: str, env: dict[str, str], workdir: Path, fds: tuple[int, int, in
     try:
         return forker.fork(role, env, workdir, fds)
     except zygote.ZygoteError as exc:
-        print(f"[kernelarena] {role} child started with python -m: {exc}", file=sys.stderr, flush=True)
+        print(f"[kernelcourt] {role} child started with python -m: {exc}", file=sys.stderr, flush=True)
         return None
 
 

@@ -49,10 +49,10 @@ KERNEL_PRELUDE = """#include <cuda.h>
 #include <utility>
 """
 HOST_PRELUDE = "#include <cuda.h>\n#include <cuda_runtime.h>\n"
-LAUNCH_CONFIG = "struct kernelarena_launch_config { dim3 grid; dim3 block; size_t shared; cudaStream_t stream; };\n"
-CONFIG_HELPER = """static inline kernelarena_launch_config kernelarena_config(dim3 grid, dim3 block, size_t shared = 0,
+LAUNCH_CONFIG = "struct kernelcourt_launch_config { dim3 grid; dim3 block; size_t shared; cudaStream_t stream; };\n"
+CONFIG_HELPER = """static inline kernelcourt_launch_config kernelcourt_config(dim3 grid, dim3 block, size_t shared = 0,
                                                            cudaStream_t stream = 0) {
-  return kernelarena_launch_config{grid, block, shared, stream};
+  return kernelcourt_launch_config{grid, block, shared, stream};
 }
 """
 
@@ -264,7 +264,7 @@ def _rewrite_launches(source: str, masked: str, item: Item, kernels: dict[str, K
         args = source[k + 1:close_at]
         sep = ", " if masked[k + 1:close_at].strip() else ""
         pieces.append(source[cursor:name_at])
-        pieces.append(f"kernelarena_launch_{name_match.group(1)}(kernelarena_config({cfg}){sep}{args})")
+        pieces.append(f"kernelcourt_launch_{name_match.group(1)}(kernelcourt_config({cfg}){sep}{args})")
         cursor = close_at + 1
     pieces.append(source[cursor:item.end])
     return "".join(pieces)
@@ -355,7 +355,7 @@ def split_cuda_source(source: str) -> Split:
 
 def _launcher_signature(kernel: Kernel) -> str:
     params = f", {kernel.params}\n" if kernel.params.strip() else ""
-    return f"void kernelarena_launch_{kernel.name}(kernelarena_launch_config config{params})"
+    return f"void kernelcourt_launch_{kernel.name}(kernelcourt_launch_config config{params})"
 
 
 def _is_mutable_variable(text: str) -> bool:
@@ -372,7 +372,7 @@ def _is_mutable_variable(text: str) -> bool:
 # ---- the split build's load_inline arguments -------------------------------------------------------
 def plan(arguments: dict[str, Any]) -> tuple[dict[str, Any], Path] | None:
     """load_inline's arguments for the split build of this call and its failure marker, or None."""
-    if os.environ.get("KERNELARENA_SPLIT", "1") == "0":
+    if os.environ.get("KERNELCOURT_SPLIT", "1") == "0":
         return None
     cuda_sources = arguments.get("cuda_sources")
     if not cuda_sources or arguments.get("no_implicit_headers") or arguments.get("build_directory") \
@@ -381,7 +381,7 @@ def plan(arguments: dict[str, Any]) -> tuple[dict[str, Any], Path] | None:
     name = str(arguments["name"])
     if not re.fullmatch(r"[A-Za-z_]\w*", name):
         return None
-    build_dir = Path(os.environ["TORCH_EXTENSIONS_DIR"]) / "kernelarena-split" / name
+    build_dir = Path(os.environ["TORCH_EXTENSIONS_DIR"]) / "kernelcourt-split" / name
     marker = build_dir / "split-failed.log"
     if marker.exists():
         return None

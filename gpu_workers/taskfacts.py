@@ -27,9 +27,9 @@ DEFAULT_SAMPLES = 3
 
 def samples() -> int:
     """How many evaluations time a baseline before its fastest sample stands
-    (``KERNELARENA_BASELINE_SAMPLES``, at least 1)."""
+    (``KERNELCOURT_BASELINE_SAMPLES``, at least 1)."""
     try:
-        return max(1, int(os.environ.get("KERNELARENA_BASELINE_SAMPLES", DEFAULT_SAMPLES)))
+        return max(1, int(os.environ.get("KERNELCOURT_BASELINE_SAMPLES", DEFAULT_SAMPLES)))
     except ValueError:
         return DEFAULT_SAMPLES
 

@@ -116,7 +116,7 @@ def apply_profile(module: types.ModuleType, profile: str | None) -> str | None:
 
 
 def load_task_module(source: str, profile: str | None) -> types.ModuleType:
-    module = exec_source(source, "kernelarena_task", "<task>")
+    module = exec_source(source, "kernelcourt_task", "<task>")
     for name in TASK_REQUIRED:
         if not hasattr(module, name):
             raise TaskError(f"the task file does not define `{name}`")

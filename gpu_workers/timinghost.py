@@ -62,7 +62,7 @@ def context_sched_flags() -> int | None:
 
 
 class TimingCpus:
-    """This thread runs on ``cpus`` while it times (the GPU's own NUMA node: KERNELARENA_TIMING_CPUS),
+    """This thread runs on ``cpus`` while it times (the GPU's own NUMA node: KERNELCOURT_TIMING_CPUS),
     then on what it had; nothing when ``cpus`` is empty or cannot be had."""
 
     def __init__(self, cpus: Sequence[int] | None):

@@ -5,7 +5,7 @@ process's zygote (a Python with torch imported, which forks every child), ready 
 and the light-build bridge (built once per toolchain into the shared cache, loaded by each compile
 child). ``warm_up`` does them all once, with no candidate code anywhere: the compile child runs an
 empty module of ours. A Ray evaluator actor warms itself when it starts; a Celery worker process
-does so when ``KERNELARENA_WARM_UP`` names its device (``cuda`` or ``cpu``).
+does so when ``KERNELCOURT_WARM_UP`` names its device (``cuda`` or ``cpu``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def warm_up(device: str, gpu_index: int | None = None, references: int = 0,
     compile child and its spare, the bridge), ``references`` (with ``references`` > 0: that many
     reference children started on each GPU, their CUDA contexts made, kept for the first
     evaluations: as many as the worker runs at once there), ``pch`` (the light build's header and
-    torch's, for a fallback plain build, precompiled; ``KERNELARENA_PCH=0`` skips them).
+    torch's, for a fallback plain build, precompiled; ``KERNELCOURT_PCH=0`` skips them).
 
     ``gpus``: every GPU the worker spreads its CUDA evaluations over (a pool on several GPUs, a Celery
     worker with EVAL_GPUS); each is probed and gets its reference children, so the first evaluation
@@ -86,21 +86,21 @@ def warm_up_in_background(device: str, gpu_index: int | None = None, who: str = 
         try:
             steps = warm_up(device, gpu_index, references, gpus)
             done = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in steps.items())
-            print(f"[kernelarena] {who} {os.getpid()} warmed up for {device}: {done}", file=sys.stderr, flush=True)
+            print(f"[kernelcourt] {who} {os.getpid()} warmed up for {device}: {done}", file=sys.stderr, flush=True)
         except Exception as exc:  # noqa: BLE001 - a warm-up that fails leaves the first evaluation to do it
-            print(f"[kernelarena] {who} {os.getpid()} could not warm up for {device}: {exc}"[:4000],
+            print(f"[kernelcourt] {who} {os.getpid()} could not warm up for {device}: {exc}"[:4000],
                   file=sys.stderr, flush=True)
 
-    thread = threading.Thread(target=run, name="kernelarena-warm-up", daemon=True)
+    thread = threading.Thread(target=run, name="kernelcourt-warm-up", daemon=True)
     thread.start()
     return thread
 
 
 def configured_device(value: Any = None) -> str | None:
-    """The device named by ``KERNELARENA_WARM_UP`` (``cuda``, ``cpu``; empty or ``0``: none)."""
-    name = str(os.environ.get("KERNELARENA_WARM_UP", "") if value is None else value).strip().lower()
+    """The device named by ``KERNELCOURT_WARM_UP`` (``cuda``, ``cpu``; empty or ``0``: none)."""
+    name = str(os.environ.get("KERNELCOURT_WARM_UP", "") if value is None else value).strip().lower()
     if name in ("", "0", "no", "off", "none"):
         return None
     if name not in ("cuda", "cpu"):
-        raise ValueError(f"KERNELARENA_WARM_UP must be cuda, cpu or empty, not {name!r}")
+        raise ValueError(f"KERNELCOURT_WARM_UP must be cuda, cpu or empty, not {name!r}")
     return name

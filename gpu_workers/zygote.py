@@ -13,7 +13,7 @@ The zygote is its children's parent: it reaps them and reports each exit status 
 where ``ForkedProcess`` stands in for ``subprocess.Popen``. It exits when the worker's end of its
 socket closes (the worker died or shut it down), and its children die with it (they ask for SIGKILL
 when their parent dies). One zygote per worker process (a forked worker starts its own) and per
-import-time environment. ``KERNELARENA_ZYGOTE=0`` turns it off; if it cannot start, children are
+import-time environment. ``KERNELCOURT_ZYGOTE=0`` turns it off; if it cannot start, children are
 started with ``python -m`` as before and the reason is logged once.
 """
 
@@ -47,7 +47,7 @@ class ZygoteError(RuntimeError):
 
 
 def enabled() -> bool:
-    return os.environ.get("KERNELARENA_ZYGOTE", "1") != "0"
+    return os.environ.get("KERNELCOURT_ZYGOTE", "1") != "0"
 
 
 # ---- the worker's side ---------------------------------------------------------------------
@@ -224,7 +224,7 @@ def zygote_for(base_env: dict[str, str]) -> Zygote | None:
             zygote = Zygote(base_env)
         except (ZygoteError, OSError) as exc:
             _failed_at[:] = [time.monotonic()]
-            print(f"[kernelarena] children start with python -m (no zygote): {exc}", file=sys.stderr, flush=True)
+            print(f"[kernelcourt] children start with python -m (no zygote): {exc}", file=sys.stderr, flush=True)
             return None
         _failed_at.clear()
         _zygotes[key] = zygote

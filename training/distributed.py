@@ -22,7 +22,7 @@ from training.data import TrainingTask
 from training.evaluation import make_local_pool
 from training.rollout import Rollout, RolloutCollector
 
-RAY_MISSING = ("Ray is not installed: `pip install 'kernelarena[ray]'` (or `pip install ray`), or set "
+RAY_MISSING = ("Ray is not installed: `pip install 'kernelcourt[ray]'` (or `pip install ray`), or set "
                "evaluator.use_ray to false to evaluate in local processes.")
 
 

@@ -1,4 +1,4 @@
-"""KernelArena's Django project: the only package that imports Django."""
+"""KernelCourt's Django project: the only package that imports Django."""
 
 from .celery import app as celery_app
 

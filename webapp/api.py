@@ -12,7 +12,7 @@ from webapp.rollouts.api import router as rollouts_router
 from webapp.training_runs.api import router as training_router
 
 api = NinjaAPI(
-    title="KernelArena API",
+    title="KernelCourt API",
     version="1",
     description="Tasks, kernels, evaluations and leaderboards. Writes need `Authorization: Bearer <token>` "
     "(`manage.py create_api_token USER`).",

@@ -17,13 +17,13 @@ app.autodiscover_tasks()
 
 def _warm_up_evaluator(who: str) -> None:
     """Start the zygote and load the light-build bridge now, in the background, not in the first
-    evaluation, when the worker was started with KERNELARENA_WARM_UP=cuda (the gpu queue's) or cpu."""
+    evaluation, when the worker was started with KERNELCOURT_WARM_UP=cuda (the gpu queue's) or cpu."""
     from gpu_workers.warmup import configured_device, warm_up_in_background
 
     try:
         device = configured_device()
     except ValueError as exc:  # a typo must not keep the worker from serving
-        print(f"[kernelarena] no warm-up: {exc}", file=sys.stderr, flush=True)
+        print(f"[kernelcourt] no warm-up: {exc}", file=sys.stderr, flush=True)
         return
     if device:
         from django.conf import settings

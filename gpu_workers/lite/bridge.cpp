@@ -1,7 +1,7 @@
 // The bridge between candidates built against the light headers and PyTorch itself.
 //
 // Built once per toolchain with PyTorch's real headers (gpu_workers/litebuild.py), imported as a
-// Python extension. A candidate's library exports kernelarena_lite_init (kernelarena_lite.h); bind()
+// Python extension. A candidate's library exports kernelcourt_lite_init (kernelcourt_lite.h); bind()
 // opens it, hands it the table of functions below (tensor queries, any ATen operator through the
 // dispatcher, the CUDA stream PyTorch uses) and returns its functions as Python callables that
 // convert arguments and results as pybind11 would for a load_inline extension.
@@ -29,7 +29,7 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
-#include "kernelarena_abi.h"
+#include "kernelcourt_abi.h"
 
 namespace {
 
@@ -100,7 +100,7 @@ c10::IValue to_ivalue(const ka_value& v, const c10::Argument& arg) {
     case KA_STRING:
       return c10::IValue(std::string(static_cast<const char*>(v.p), static_cast<size_t>(v.n)));
     default:
-      TORCH_CHECK(false, "kernelarena bridge: unknown argument kind ", v.tag, " for ", arg.name());
+      TORCH_CHECK(false, "kernelcourt bridge: unknown argument kind ", v.tag, " for ", arg.name());
   }
 }
 
@@ -135,7 +135,7 @@ void from_ivalue(const c10::IValue& value, ka_value* out) {
     out->p = items;
     out->n = static_cast<int64_t>(elements.size());
   } else {
-    TORCH_CHECK(false, "kernelarena bridge: an operator returned ", value.tagKind(), ", which the light headers cannot hold");
+    TORCH_CHECK(false, "kernelcourt bridge: an operator returned ", value.tagKind(), ", which the light headers cannot hold");
   }
 }
 
@@ -364,7 +364,7 @@ py::object to_python(ka_value& v) {  // takes ownership of what v holds
       return std::move(list);
     }
     default:
-      throw std::runtime_error("kernelarena bridge: a function returned a value of unknown kind");
+      throw std::runtime_error("kernelcourt bridge: a function returned a value of unknown kind");
   }
 }
 

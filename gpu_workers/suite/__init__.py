@@ -1,4 +1,4 @@
-"""KernelArena's own task suite ("arena"): KernelBench-format tasks with honest reference kernels.
+"""KernelCourt's own task suite ("arena"): KernelBench-format tasks with honest reference kernels.
 
 Each task is a KernelBench-style file under ``tasks/`` (``Model``, ``get_inputs``, ``get_init_inputs``
 and ``PROFILES`` with a ``cpu`` and a ``cuda`` size profile), plus two reference kernels under

@@ -17,7 +17,7 @@ TORCH_KERNEL = (Path(__file__).resolve().parent / "kernels" / "torch_relu_add.py
 def _run(*args, timeout=600):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("OPENAI_API_KEY", None)
-    env.pop("KERNELARENA_LLM_API_KEY", None)
+    env.pop("KERNELCOURT_LLM_API_KEY", None)
     return subprocess.run(
         [sys.executable, "-m", "agent", *args],
         cwd=REPO,

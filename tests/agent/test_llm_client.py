@@ -33,7 +33,7 @@ def test_completion_text_usage_and_request_body(openai_server):
 
 def test_api_key_comes_from_environment(openai_server, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.setenv("KERNELARENA_LLM_API_KEY", "sk-env")
+    monkeypatch.setenv("KERNELCOURT_LLM_API_KEY", "sk-env")
     server = openai_server([reply("ok")])
 
     _client(server).complete([{"role": "user", "content": "hi"}])

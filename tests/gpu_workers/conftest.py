@@ -11,17 +11,17 @@ HACKS = Path(__file__).resolve().parent / "hacks"
 
 
 @pytest.fixture(scope="session", autouse=True)
-def kernelarena_cache_dir():
+def kernelcourt_cache_dir():
     """One persistent cache (built extensions, baseline timings) for every test and every run.
 
-    <repo>/.cache/ is gitignored; an explicit KERNELARENA_CACHE_DIR in the environment wins.
+    <repo>/.cache/ is gitignored; an explicit KERNELCOURT_CACHE_DIR in the environment wins.
     """
     import os
 
     with pytest.MonkeyPatch.context() as patch:
-        path = Path(os.environ.get("KERNELARENA_CACHE_DIR") or REPO_ROOT / ".cache" / "kernelarena")
+        path = Path(os.environ.get("KERNELCOURT_CACHE_DIR") or REPO_ROOT / ".cache" / "kernelcourt")
         path.mkdir(parents=True, exist_ok=True)
-        patch.setenv("KERNELARENA_CACHE_DIR", str(path))
+        patch.setenv("KERNELCOURT_CACHE_DIR", str(path))
         yield path
 
 

@@ -29,7 +29,7 @@ TARGET = {target!r}
 
 
 def _try_writes(where):
-    shared = os.environ.get("KERNELARENA_CACHE_DIR", TARGET)
+    shared = os.environ.get("KERNELCOURT_CACHE_DIR", TARGET)
     for name in (os.path.join(TARGET, f"{{where}}-{{os.getpid()}}"), os.path.join(shared, f"poison-{{where}}"),
                  os.path.join(shared, "candidates", "another-candidate", f"poison-{{where}}")):
         try:
@@ -112,27 +112,27 @@ def _writer_request(target: Path) -> EvalRequest:
                        baselines=("eager",), timing_budget_s=0.1, trials=2, run_timeout_s=120.0)
 
 
-def test_candidate_code_cannot_write_outside_its_own_folders(tmp_path, monkeypatch, kernelarena_cache_dir):
+def test_candidate_code_cannot_write_outside_its_own_folders(tmp_path, monkeypatch, kernelcourt_cache_dir):
     target = tmp_path / "outside"
     target.mkdir()
-    neighbour = kernelarena_cache_dir / "candidates" / "another-candidate"  # another source's compiler caches
+    neighbour = kernelcourt_cache_dir / "candidates" / "another-candidate"  # another source's compiler caches
     neighbour.mkdir(parents=True, exist_ok=True)
     request = _writer_request(target)
     result = evaluate(request)
     assert result.status == "passed", result.message  # its own folders were writable, the rest refused quietly
     assert not list(target.iterdir())
-    assert not list(kernelarena_cache_dir.glob("poison-*")) and not list(neighbour.iterdir())
-    own = kernelarena_cache_dir / "candidates" / request.kernel_hash[:24]  # this source's compiler caches
+    assert not list(kernelcourt_cache_dir.glob("poison-*")) and not list(neighbour.iterdir())
+    own = kernelcourt_cache_dir / "candidates" / request.kernel_hash[:24]  # this source's compiler caches
     assert (own / "triton" / "scratch").read_text() == "ok"
-    assert "[kernelarena] confined (Landlock ABI" in result.compile_log + result.run_log
+    assert "[kernelcourt] confined (Landlock ABI" in result.compile_log + result.run_log
 
     # the same candidate unconfined: the writes land (what the confinement is what stops)
-    monkeypatch.setenv("KERNELARENA_CONFINE", "0")
+    monkeypatch.setenv("KERNELCOURT_CONFINE", "0")
     other = tmp_path / "outside-unconfined"
     other.mkdir()
     result = evaluate(_writer_request(other))
     assert result.status == "passed", result.message
     written = {p.name.split("-")[0] for p in other.iterdir()}
     assert written == {"import", "forward"}  # the compile child and the candidate child both wrote
-    for poison in [*kernelarena_cache_dir.glob("poison-*"), *neighbour.glob("poison-*")]:
+    for poison in [*kernelcourt_cache_dir.glob("poison-*"), *neighbour.glob("poison-*")]:
         poison.unlink()

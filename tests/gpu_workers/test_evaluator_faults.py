@@ -77,7 +77,7 @@ def _children_of_this_process() -> set[int]:
 
 
 @pytest.fixture(scope="module")
-def fault_results(kernelarena_cache_dir) -> dict[str, EvalResult]:
+def fault_results(kernelcourt_cache_dir) -> dict[str, EvalResult]:
     before = _children_of_this_process()
     with LocalPool(workers=2) as pool:
         futures = {name: pool.submit(request) for name, request in RUNNING_FAULTS.items()}
@@ -140,7 +140,7 @@ def test_memory_bomb_is_stopped_by_the_limit(fault_results):
 
 
 def test_the_compile_child_runs_below_the_rest_of_the_evaluation_and_children_inherit_a_frozen_heap(monkeypatch):
-    monkeypatch.setenv("KERNELARENA_COMPILE_NICE", "7")
+    monkeypatch.setenv("KERNELCOURT_COMPILE_NICE", "7")
     # a source never compiled before (a kept cache would skip the compile child)
     source = (FAULTS / "reports_process.py").read_text() + f"\n# run {time.time_ns()}\n"
     result = evaluate(_request("reports_process.py", kernel_source=source, trials=2, timing_budget_s=0.05))

@@ -1,7 +1,7 @@
 """CUDA hack kernels (load_inline, cuda_sources) against the evaluator on a real GPU.
 
 Run on the GPU machine: ``pytest -m gpu tests/gpu_workers/test_gpu_hacks.py``. Each kernel file builds
-its own extension (cached by source hash under KERNELARENA_CACHE_DIR). All evaluations run once per
+its own extension (cached by source hash under KERNELCOURT_CACHE_DIR). All evaluations run once per
 module, two at a time (builds overlap; timing on one GPU is serialised by the evaluator's own sync).
 """
 
@@ -41,7 +41,7 @@ def _request(kernel: str) -> EvalRequest:
 
 
 @pytest.fixture(scope="module")
-def cuda_results(kernelarena_cache_dir) -> dict[str, EvalResult]:
+def cuda_results(kernelcourt_cache_dir) -> dict[str, EvalResult]:
     with LocalPool(workers=2) as pool:
         futures = {name: pool.submit(_request(name)) for name in KERNELS}
         results = {name: future.result() for name, future in futures.items()}

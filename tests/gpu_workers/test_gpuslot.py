@@ -121,7 +121,7 @@ def test_a_slot_switches_between_work_and_timing_and_counts_both(monkeypatch):
     assert use.acquisitions == 3 and use.exclusive_acquisitions == 1
     assert use.held_s >= 0.1 and 0.05 <= use.exclusive_s < use.held_s
     off = SlotUse()
-    monkeypatch.setenv("KERNELARENA_GPU_EXCLUSIVE", "0")
+    monkeypatch.setenv("KERNELCOURT_GPU_EXCLUSIVE", "0")
     with gpu_slot(H200_A, off) as slot:
         assert slot.exclusive() == 0.0 and slot.pause_point() == 0.0
     assert off.acquisitions == 0 and off.exclusive_acquisitions == 0
@@ -150,7 +150,7 @@ def _most_inside(log) -> int:
 
 
 def test_a_cap_on_shared_holders_is_kept_and_a_timer_still_gets_in(monkeypatch):
-    monkeypatch.setenv("KERNELARENA_GPU_SHARED_MAX", "2")
+    monkeypatch.setenv("KERNELCOURT_GPU_SHARED_MAX", "2")
     work: list = []
     threads = [threading.Thread(target=_hold, args=(H200_A, work, i, 0.2, "shared")) for i in range(5)]
     for t in threads:
@@ -246,7 +246,7 @@ def test_stretches_say_which_step_held_a_timer_back_and_a_release_lets_it_in_at_
     assert use.to_dict()["stretches"]["long"] == use.stretches["long"]
 
 
-def test_an_evaluation_keeps_each_stretch_by_its_step_and_lets_the_slot_go_for_cpu_work(kernelarena_cache_dir):
+def test_an_evaluation_keeps_each_stretch_by_its_step_and_lets_the_slot_go_for_cpu_work(kernelcourt_cache_dir):
     """The stretches an evaluation held its device shared, by the step that ended them: every pause
     point of both children is one, the reference's outputs travel with the slot let go (the stretch
     after them ends at its done), and the candidate's exit is outside the slot."""

@@ -45,7 +45,7 @@ def evaluate_cases(cases: list[dict[str, Any]], workers: int = 2) -> dict[str, E
 
 
 @pytest.fixture(scope="module")
-def results(kernelarena_cache_dir) -> dict[str, EvalResult]:
+def results(kernelcourt_cache_dir) -> dict[str, EvalResult]:
     evaluated = evaluate_cases(CASES)
     # the whole table, for whoever reads a failure or updates the report (test-artifacts/ is gitignored)
     artifacts = Path(__file__).resolve().parents[2] / "test-artifacts"

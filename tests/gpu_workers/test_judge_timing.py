@@ -109,7 +109,7 @@ class ModelNew(nn.Module):
 '''
 
 
-def test_a_speedup_far_past_the_line_is_flagged_even_before_the_baseline_settles(kernelarena_cache_dir):
+def test_a_speedup_far_past_the_line_is_flagged_even_before_the_baseline_settles(kernelcourt_cache_dir):
     task = SLOW_TASK.replace("# RUN", f"# run {time.time_ns()}")  # a task never timed before: one eager sample
     result = evaluate(EvalRequest(task_source=task, kernel_source=ONE_OP, device="cpu", track="open",
                                   baselines=("eager",), timing_budget_s=0.1, atol=1e-3, rtol=1e-3))

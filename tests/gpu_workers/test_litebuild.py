@@ -37,7 +37,7 @@ def _unique(stem: str) -> str:
 
 
 def _lite_dir(name: str) -> Path:
-    return Path(os.environ["TORCH_EXTENSIONS_DIR"]) / "kernelarena-lite" / name
+    return Path(os.environ["TORCH_EXTENSIONS_DIR"]) / "kernelcourt-lite" / name
 
 
 API_TOUR = r"""
@@ -124,13 +124,13 @@ def test_a_cpp_extension_builds_light_and_computes_what_pytorch_computes(lite_lo
 
 
 def test_the_light_header_precompiled_once_serves_a_build_and_changes_nothing_in_it(lite_load_inline, monkeypatch,
-                                                                                   kernelarena_cache_dir):
+                                                                                   kernelcourt_cache_dir):
     from gpu_workers import buildcache
 
-    folder = buildcache.pch_dir(kernelarena_cache_dir, "cpu", kind="lite")  # as a worker's warm-up builds it
+    folder = buildcache.pch_dir(kernelcourt_cache_dir, "cpu", kind="lite")  # as a worker's warm-up builds it
     if folder is None:
         pytest.skip("needs GCC")
-    monkeypatch.setenv("KERNELARENA_LITE_PCH", str(folder))
+    monkeypatch.setenv("KERNELCOURT_LITE_PCH", str(folder))
     name = _unique("lite_pch")
     ext = lite_load_inline(name=name, cpp_sources=API_TOUR)
     x = torch.randn(64)
@@ -227,7 +227,7 @@ def test_light_plans_follow_load_inline_arguments(tmp_path, monkeypatch):
     assert litebuild.plans({**base, "name": "bad name"}) == []
     lite.marker.write_text("failed once")  # a failed light build is not tried again for this name
     assert litebuild.plans(dict(base)) == []
-    monkeypatch.setenv("KERNELARENA_LITE", "0")
+    monkeypatch.setenv("KERNELCOURT_LITE", "0")
     assert litebuild.plans({**base, "name": "ext_b"}) == []
 
 
@@ -240,11 +240,11 @@ def test_cuda_sources_plan_the_split_light_build_first_then_the_whole_one(tmp_pa
     split, whole = litebuild.plans(args)
     assert (split.kind, whole.kind) == ("light+split", "light")
     device = split.arguments["cuda_sources"][0]
-    assert "torch" not in device.replace("kernelarena", "") and "__global__ void fill_kernel" in device
-    assert "kernelarena_launch_scaled_relu_kernel(" in split.arguments["cpp_sources"][0]
+    assert "torch" not in device.replace("kernelcourt", "") and "__global__ void fill_kernel" in device
+    assert "kernelcourt_launch_scaled_relu_kernel(" in split.arguments["cpp_sources"][0]
     assert "-DKA_LITE_CUDA" in split.arguments["extra_cflags"] and split.arguments["with_cuda"]
     assert whole.arguments["cuda_sources"][0].startswith("#include <torch/types.h>")  # the light one, by -I
-    monkeypatch.setenv("KERNELARENA_SPLIT", "0")
+    monkeypatch.setenv("KERNELCOURT_SPLIT", "0")
     assert [p.kind for p in litebuild.plans({**args, "name": "ext_d"})] == ["light"]
 
 
@@ -298,8 +298,8 @@ class _Captured(Exception):
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("folder, name, env", [
-    ("kernelarena-lite-split", "ka_lite_split", {}),  # tried first: device half with CUDA's headers only
-    ("kernelarena-lite", "ka_lite_whole", {"KERNELARENA_SPLIT": "0"}),  # the whole .cu against light headers
+    ("kernelcourt-lite-split", "ka_lite_split", {}),  # tried first: device half with CUDA's headers only
+    ("kernelcourt-lite", "ka_lite_whole", {"KERNELCOURT_SPLIT": "0"}),  # the whole .cu against light headers
 ])
 def test_a_cuda_extension_builds_light_and_matches_the_plain_build(folder, name, env, tmp_path_factory):
     from tests.gpu_workers.test_splitbuild import compare_with_plain_build

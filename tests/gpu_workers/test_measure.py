@@ -80,13 +80,13 @@ def test_work_outside_the_forwards_stream_is_what_host_and_kernel_side_cannot_ex
 def test_how_precisely_a_median_must_be_known_is_the_operators_choice_within_bounds(monkeypatch):
     from gpu_workers.evaluator import settle_within
 
-    monkeypatch.delenv("KERNELARENA_SETTLE_WITHIN", raising=False)
+    monkeypatch.delenv("KERNELCOURT_SETTLE_WITHIN", raising=False)
     assert settle_within() == 0.01
-    monkeypatch.setenv("KERNELARENA_SETTLE_WITHIN", "0.02")
+    monkeypatch.setenv("KERNELCOURT_SETTLE_WITHIN", "0.02")
     assert settle_within() == 0.02
-    monkeypatch.setenv("KERNELARENA_SETTLE_WITHIN", "7")
+    monkeypatch.setenv("KERNELCOURT_SETTLE_WITHIN", "7")
     assert settle_within() == 0.5  # never so loose that any two iterations would do
-    monkeypatch.setenv("KERNELARENA_SETTLE_WITHIN", "two percent")
+    monkeypatch.setenv("KERNELCOURT_SETTLE_WITHIN", "two percent")
     assert settle_within() == 0.01
 
 
@@ -115,7 +115,7 @@ def test_a_cuda_timing_spins_while_it_waits_and_gives_the_context_its_flags_back
     stats = timing.time_callable(torch.neg, [x], [[torch.randn_like(x)]], device, budget_s=0.05, max_iters=50)
     assert stats["host_waits"] == "spin" and timinghost.context_sched_flags() == before
     stats = timing.time_callable(torch.neg, [x], [[torch.randn_like(x)]], device, budget_s=0.05, max_iters=50,
-                                  spin_waits=False)  # KERNELARENA_TIMING_SPIN=0
+                                  spin_waits=False)  # KERNELCOURT_TIMING_SPIN=0
     assert stats["host_waits"] == "default" and timinghost.context_sched_flags() == before
 
 
@@ -236,12 +236,12 @@ def test_timings_move_to_the_gpus_node_only_when_asked_and_only_where_there_is_a
 
     mine = sorted(os.sched_getaffinity(0))
     some = {"gpu": {"local_cpus": mine[:1]}}
-    monkeypatch.delenv("KERNELARENA_TIMING_CPUS", raising=False)
+    monkeypatch.delenv("KERNELCOURT_TIMING_CPUS", raising=False)
     assert "cpus" not in timing_options(some) and timing_options(some)["spin_waits"] is True
-    monkeypatch.setenv("KERNELARENA_TIMING_CPUS", "gpu-local")
+    monkeypatch.setenv("KERNELCOURT_TIMING_CPUS", "gpu-local")
     if len(mine) > 1:
         assert timing_options(some)["cpus"] == mine[:1]
     assert "cpus" not in timing_options({"gpu": {"local_cpus": mine}})  # one node: nowhere better to go
     assert "cpus" not in timing_options({"device": "cpu"})
-    monkeypatch.setenv("KERNELARENA_TIMING_SPIN", "0")
+    monkeypatch.setenv("KERNELCOURT_TIMING_SPIN", "0")
     assert timing_options({})["spin_waits"] is False

@@ -60,8 +60,8 @@ def test_a_local_pool_judges_with_one_torch_thread_unless_told_otherwise():
     probe = ("import torch; torch.set_num_threads(2); from gpu_workers.pool import LocalPool; "
              "LocalPool(workers=2).shutdown(); print(torch.get_num_threads())")
     for setting, expected in ((None, "1"), ("2", "2"), ("8", "2")):  # a cap, never a raise
-        env = {k: v for k, v in os.environ.items() if k != "KERNELARENA_JUDGE_THREADS"}
+        env = {k: v for k, v in os.environ.items() if k != "KERNELCOURT_JUDGE_THREADS"}
         if setting:
-            env["KERNELARENA_JUDGE_THREADS"] = setting
+            env["KERNELCOURT_JUDGE_THREADS"] = setting
         out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
         assert out.stdout.strip() == expected, (setting, out.stderr[-2000:])

@@ -1,5 +1,5 @@
 """Reference children kept between evaluations (refpool): reused only after a clean run, each
-evaluation's log its own, and off with KERNELARENA_REFERENCE_REUSE=0."""
+evaluation's log its own, and off with KERNELCOURT_REFERENCE_REUSE=0."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def no_idle_references():
     refpool.close_all()
 
 
-def test_a_reference_child_serves_the_next_evaluation_of_another_task(kernelarena_cache_dir):
+def test_a_reference_child_serves_the_next_evaluation_of_another_task(kernelcourt_cache_dir):
     first = evaluate(_request((TASKS / "scale_relu.py").read_text(), KERNEL))
     assert first.status == "passed", first.message
     assert _reference_start(first) == "reference: started"
@@ -60,7 +60,7 @@ def test_a_reference_child_serves_the_next_evaluation_of_another_task(kernelaren
     assert refpool.idle_pids() == kept  # the same process, back for a third
 
 
-def test_a_failed_reference_is_closed_and_shows_only_its_own_log(kernelarena_cache_dir):
+def test_a_failed_reference_is_closed_and_shows_only_its_own_log(kernelcourt_cache_dir):
     noisy = (TASKS / "scale_relu.py").read_text().replace("def get_inputs():", "print('FIRST-EVALUATION-MARK')\n\n\ndef get_inputs():")
     first = evaluate(_request(noisy, KERNEL))
     assert first.status == "passed", first.message
@@ -78,8 +78,8 @@ def test_a_failed_reference_is_closed_and_shows_only_its_own_log(kernelarena_cac
     assert third.status == "passed" and _reference_start(third) == "reference: started"
 
 
-def test_reuse_can_be_switched_off(kernelarena_cache_dir, monkeypatch):
-    monkeypatch.setenv("KERNELARENA_REFERENCE_REUSE", "0")
+def test_reuse_can_be_switched_off(kernelcourt_cache_dir, monkeypatch):
+    monkeypatch.setenv("KERNELCOURT_REFERENCE_REUSE", "0")
     for _ in range(2):
         result = evaluate(_request((TASKS / "scale_relu.py").read_text(), KERNEL))
         assert result.status == "passed", result.message

@@ -53,7 +53,7 @@ def test_typical_source_splits_into_torch_free_device_code_and_launching_host_co
     assert [k.name for k in split.kernels] == ["scaled_relu_kernel", "fill_kernel"]
     assert split.kernels[0].names == ["a", "b", "p"]
     # device side: the candidate's device code verbatim, CUDA headers only, one launcher per kernel
-    assert "torch" not in split.device.replace("kernelarena", "")
+    assert "torch" not in split.device.replace("kernelcourt", "")
     assert "static __device__ __forceinline__ float relu" in split.device
     assert "struct Params { float scale; int64_t n; };" in split.device
     assert "constexpr int kUnroll = 4;" in split.device
@@ -64,11 +64,11 @@ def test_typical_source_splits_into_torch_free_device_code_and_launching_host_co
     # host side: torch code, launches rewritten, no device code, the string literal untouched
     assert "#include <ATen/cuda/CUDAContext.h>" in split.host
     assert "__device__" not in split.host and "<<<blocks" not in split.host
-    assert ("kernelarena_launch_scaled_relu_kernel(kernelarena_config(blocks, BLOCK, 0, "
+    assert ("kernelcourt_launch_scaled_relu_kernel(kernelcourt_config(blocks, BLOCK, 0, "
             "at::cuda::getCurrentCUDAStream()), \n      x.data_ptr<float>(), y.data_ptr<float>(), p)") in split.host
-    assert "kernelarena_launch_fill_kernel(kernelarena_config(dim3(1), dim3(32)), y.data_ptr<float>()" in split.host
+    assert "kernelcourt_launch_fill_kernel(kernelcourt_config(dim3(1), dim3(32)), y.data_ptr<float>()" in split.host
     assert '"launch<<<here>>>"' in split.host
-    assert "void kernelarena_launch_fill_kernel(kernelarena_launch_config config, float* out" in split.host
+    assert "void kernelcourt_launch_fill_kernel(kernelcourt_launch_config config, float* out" in split.host
 
 
 @pytest.mark.parametrize("source, reason", [
@@ -207,7 +207,7 @@ def test_split_build_failure_falls_back_to_the_plain_build():
     result = evaluate(request)
     assert result.status == "passed", (result.message, result.compile_log[-2000:], result.run_log[-2000:])
     ext = extension_dir(CONSTANT_SYMBOL_KERNEL, "cuda", cuda_arch_list(hardware_info("cuda")))
-    assert (ext / "kernelarena-split" / "ka_split_fallback" / "split-failed.log").exists()
+    assert (ext / "kernelcourt-split" / "ka_split_fallback" / "split-failed.log").exists()
 
 
 COMPARE_WITH_PLAIN = r'''
@@ -254,5 +254,5 @@ def compare_with_plain_build(work: Path, folder: str, name: str, env_extra: dict
 @pytest.mark.gpu
 @needs_cuda
 def test_split_build_is_used_for_a_typical_kernel_and_matches_the_plain_build(tmp_path_factory):
-    print(compare_with_plain_build(tmp_path_factory.getbasetemp() / "compare", "kernelarena-split", "ka_split",
-                                   {"KERNELARENA_LITE": "0"}))  # the split alone
+    print(compare_with_plain_build(tmp_path_factory.getbasetemp() / "compare", "kernelcourt-split", "ka_split",
+                                   {"KERNELCOURT_LITE": "0"}))  # the split alone

@@ -405,8 +405,8 @@ def _extensions_dir(cache_dir: Path) -> str:
 
 
 @pytest.mark.slow
-def test_gelu_cpu_reference_kernel_compiles_and_matches_its_task(kernelarena_cache_dir, monkeypatch):
-    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", _extensions_dir(kernelarena_cache_dir))
+def test_gelu_cpu_reference_kernel_compiles_and_matches_its_task(kernelcourt_cache_dir, monkeypatch):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", _extensions_dir(kernelcourt_cache_dir))
     row = check_task(get_task("gelu"), "cpu", "cpu", trials=3, repeats=2)
     assert row.ok, row.detail
     assert row.max_abs_err is not None and row.max_abs_err <= 1e-5
@@ -434,7 +434,7 @@ ODD_SIZES = {
 
 
 @pytest.fixture(scope="module")
-def cuda_suite_built(kernelarena_cache_dir):
+def cuda_suite_built(kernelcourt_cache_dir):
     """Every CUDA reference kernel built once, in parallel processes (a cold build is minutes)."""
     import os
 
@@ -443,7 +443,7 @@ def cuda_suite_built(kernelarena_cache_dir):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TORCH_EXTENSIONS_DIR", _extensions_dir(kernelarena_cache_dir))
+        patch.setenv("TORCH_EXTENSIONS_DIR", _extensions_dir(kernelcourt_cache_dir))
         prebuild(TASKS, "cuda", jobs=max(1, min(len(TASKS), os.cpu_count() or 1)))
         yield
 

@@ -1,6 +1,6 @@
 """Every honest reference kernel of our suite passes the real evaluator with no finding at all.
 
-C++ kernels on the CPU here (slow: one build per task, cached under KERNELARENA_CACHE_DIR); the
+C++ kernels on the CPU here (slow: one build per task, cached under KERNELCOURT_CACHE_DIR); the
 CUDA kernels in the gpu-marked test, on a GPU machine.
 """
 

@@ -28,8 +28,8 @@ def _timing(median_ms: float) -> dict:
 
 @pytest.fixture
 def fact(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setenv("KERNELARENA_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("KERNELARENA_BASELINE_SAMPLES", "3")
+    monkeypatch.setenv("KERNELCOURT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("KERNELCOURT_BASELINE_SAMPLES", "3")
     return taskfacts.fact_path(["task", "", "cpu:host", "1", "0.2"], "eager")
 
 
@@ -66,8 +66,8 @@ def test_kept_facts_survive_broken_files_and_differ_by_what_they_depend_on(fact)
 
 
 def test_the_first_evaluations_of_a_task_each_time_its_baseline_and_later_ones_use_the_fastest(tmp_path, monkeypatch):
-    monkeypatch.setenv("KERNELARENA_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("KERNELARENA_BASELINE_SAMPLES", "2")
+    monkeypatch.setenv("KERNELCOURT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("KERNELCOURT_BASELINE_SAMPLES", "2")
     request = EvalRequest(task_source=(TASKS / "scale_relu.py").read_text(), kernel_source=KERNEL, device="cpu",
                           track="open", baselines=("eager",), timing_budget_s=0.1, trials=2, run_timeout_s=60.0)
     timed = []

@@ -38,7 +38,7 @@ class ModelNew(nn.Module):
 """
 
 
-def test_warm_up_starts_the_zygote_and_leaves_the_bridge_and_the_header_built(kernelarena_cache_dir):
+def test_warm_up_starts_the_zygote_and_leaves_the_bridge_and_the_header_built(kernelcourt_cache_dir):
     refpool.close_all()
     steps = warmup.warm_up("cpu", references=2)
     assert set(steps) == {"probe", "compile_child", "references", "pch"} and all(s >= 0 for s in steps.values())
@@ -62,10 +62,10 @@ def test_warm_up_starts_the_zygote_and_leaves_the_bridge_and_the_header_built(ke
     # its compile child had a build folder of its own, as a candidate's has: there the bridge is loaded
     assert build.extension_dir(warmup.WARM_UP_SOURCE, "cpu", None).is_dir()
     if litebuild.enabled():
-        assert list((kernelarena_cache_dir / "lite").glob("kernelarena_bridge_*/bridge.ok"))
-    if buildcache._pch_place(kernelarena_cache_dir, "cpu") is not None:  # GCC here: the headers are ready
-        assert buildcache.pch_dir(kernelarena_cache_dir, "cpu", wait=False) is not None
-        assert buildcache.pch_dir(kernelarena_cache_dir, "cpu", wait=False, kind="lite") is not None
+        assert list((kernelcourt_cache_dir / "lite").glob("kernelcourt_bridge_*/bridge.ok"))
+    if buildcache._pch_place(kernelcourt_cache_dir, "cpu") is not None:  # GCC here: the headers are ready
+        assert buildcache.pch_dir(kernelcourt_cache_dir, "cpu", wait=False) is not None
+        assert buildcache.pch_dir(kernelcourt_cache_dir, "cpu", wait=False, kind="lite") is not None
     with build._spares_lock:
         assert build._spares  # the next compile finds a child ready
 
@@ -77,7 +77,7 @@ def test_warm_up_in_the_background_reports_what_it_did(capfd):
 
 
 def test_the_warm_up_device_is_named_or_none(monkeypatch):
-    monkeypatch.delenv("KERNELARENA_WARM_UP", raising=False)
+    monkeypatch.delenv("KERNELCOURT_WARM_UP", raising=False)
     assert warmup.configured_device() is None
     for value, expected in (("cuda", "cuda"), (" CPU ", "cpu"), ("0", None), ("off", None)):
         assert warmup.configured_device(value) == expected
@@ -100,12 +100,12 @@ def test_an_evaluation_never_waits_for_the_header_a_warm_up_does(tmp_path, monke
     compiler.chmod(0o755)
     monkeypatch.setenv("CXX", str(compiler))
     cache = tmp_path / "cache"
-    before = [t.name for t in threading.enumerate()].count("kernelarena-pch")
+    before = [t.name for t in threading.enumerate()].count("kernelcourt-pch")
     started = time.monotonic()
     assert buildcache.pch_dir(cache, "cpu", wait=False) is None  # not built: a thread builds it
     assert buildcache.pch_dir(cache, "cpu", wait=False) is None  # ... one thread, however often asked
     assert time.monotonic() - started < 1.5
-    assert [t.name for t in threading.enumerate()].count("kernelarena-pch") == before + 1
+    assert [t.name for t in threading.enumerate()].count("kernelcourt-pch") == before + 1
     folder = buildcache.pch_dir(cache, "cpu")  # waits for that build (its lock), builds nothing again
     assert folder is not None and (folder / "torch" / "extension.h.gch").read_text() == "built\n"
     assert (folder / "torch" / "extension.h").resolve().name == "extension.h"  # the real header beside it
@@ -123,7 +123,7 @@ def _gpus() -> int:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(_gpus() < 2, reason="needs two CUDA GPUs (the 2-GPU machine kind)")
-def test_a_warm_up_over_several_gpus_leaves_reference_children_on_each(kernelarena_cache_dir):
+def test_a_warm_up_over_several_gpus_leaves_reference_children_on_each(kernelcourt_cache_dir):
     refpool.close_all()
     steps = warmup.warm_up("cuda", references=1, gpus=[0, 1])
     assert set(steps) >= {"probe", "compile_child", "references"}

@@ -41,7 +41,7 @@ def _facts(child: sandbox.Child) -> dict:
     raise AssertionError(child.log_tail())
 
 
-@pytest.mark.skipif(not zygote.enabled(), reason="KERNELARENA_ZYGOTE=0")
+@pytest.mark.skipif(not zygote.enabled(), reason="KERNELCOURT_ZYGOTE=0")
 def test_a_forked_child_has_its_own_session_folder_environment_and_descriptors():
     with _run_compile_child(PROBE) as first, _run_compile_child(PROBE) as second:
         assert first.proc.wait(timeout=30) == 0 and second.proc.wait(timeout=30) == 0
@@ -59,7 +59,7 @@ def test_a_forked_child_has_its_own_session_folder_environment_and_descriptors()
         assert a["argv0"].endswith("_child.py")
 
 
-@pytest.mark.skipif(not zygote.enabled(), reason="KERNELARENA_ZYGOTE=0")
+@pytest.mark.skipif(not zygote.enabled(), reason="KERNELCOURT_ZYGOTE=0")
 def test_exit_codes_and_signals_come_back_as_popen_gives_them():
     child = sandbox.spawn("compile")
     with child:
@@ -77,7 +77,7 @@ def test_exit_codes_and_signals_come_back_as_popen_gives_them():
         assert killed.proc.returncode == -signal.SIGKILL
 
 
-@pytest.mark.skipif(not zygote.enabled(), reason="KERNELARENA_ZYGOTE=0")
+@pytest.mark.skipif(not zygote.enabled(), reason="KERNELCOURT_ZYGOTE=0")
 def test_a_dead_zygote_is_replaced_and_its_running_children_end():
     first = zygote.zygote_for(sandbox.scrubbed_env())
     waiting = sandbox.spawn("compile")  # waits for its setup: alive until the zygote goes
@@ -94,7 +94,7 @@ def test_a_dead_zygote_is_replaced_and_its_running_children_end():
 
 
 def test_switched_off_children_start_with_python_m(monkeypatch):
-    monkeypatch.setenv("KERNELARENA_ZYGOTE", "0")
+    monkeypatch.setenv("KERNELCOURT_ZYGOTE", "0")
     with _run_compile_child(PROBE) as child:
         assert isinstance(child.proc, subprocess.Popen)
         assert child.proc.wait(timeout=60) == 0

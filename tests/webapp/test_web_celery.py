@@ -35,7 +35,7 @@ def _redis_or_skip() -> None:
 def celery_worker_process(settings, tmp_path):
     """``celery -A webapp worker -Q gpu`` as a subprocess, on the test database and a private Redis db."""
     log_path = tmp_path / "worker.log"
-    extra = {"EVAL_BASELINES": "eager", "EVAL_TRIALS": "2", "KERNELARENA_WARM_UP": "cpu"}
+    extra = {"EVAL_BASELINES": "eager", "EVAL_TRIALS": "2", "KERNELCOURT_WARM_UP": "cpu"}
     with celery_worker(queue="gpu", redis_url=REDIS_URL, settings=settings, log_path=log_path, extra_env=extra) as w:
         yield w, log_path
 
@@ -92,7 +92,7 @@ def test_celery_worker_runs_a_real_evaluation(celery_worker_process, make_silu_k
     assert evaluation.started is not None and evaluation.finished >= evaluation.started
     assert evaluation.hardware.key.startswith("cpu:")
     assert "webapp.arena.tasks.evaluation_run_task" in log
-    deadline = time.monotonic() + 120  # the warm-up ran beside the first evaluation (KERNELARENA_WARM_UP=cpu)
+    deadline = time.monotonic() + 120  # the warm-up ran beside the first evaluation (KERNELCOURT_WARM_UP=cpu)
     while "warmed up for cpu" not in log and "could not warm up" not in log and time.monotonic() < deadline:
         time.sleep(0.5)
         log = log_path.read_text()

@@ -26,7 +26,7 @@ pytestmark = [
 ]
 
 REDIS_URL = os.environ.get("TEST_RAY_REDIS_URL", "redis://127.0.0.1:6379/10")
-ACTOR = "kernelarena-evaluator-0"
+ACTOR = "kernelcourt-evaluator-0"
 
 
 def _free_port() -> int:
@@ -66,16 +66,16 @@ def test_the_gpu_queue_hands_its_evaluation_to_the_ray_evaluator_actor(ray_clust
         assert evaluation.status == "passed", (evaluation.status, evaluation.error[-4000:], log[-2000:])
         worker_pid = worker.pid
 
-    ray.init(address=ray_cluster, namespace="kernelarena", log_to_driver=False)
+    ray.init(address=ray_cluster, namespace="kernelcourt", log_to_driver=False)
     try:
-        actor = ray.get_actor(ACTOR, namespace="kernelarena")
+        actor = ray.get_actor(ACTOR, namespace="kernelcourt")
         stats = ray.get(actor.stats.remote(), timeout=60)
         assert stats["served"] == 1  # the job ran in the actor, not in the Celery process
         assert stats["pid"] != worker_pid
         # another feeder gets the same actor, not one more
         from gpu_workers.pool import RayPool
 
-        again = RayPool(name="kernelarena-evaluator")
+        again = RayPool(name="kernelcourt-evaluator")
         assert again.names == [ACTOR] and again.stats() == [stats]
         again.shutdown()
         ray.kill(actor)

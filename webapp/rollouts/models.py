@@ -1,7 +1,7 @@
 """Agent rollouts: one row per rollout (the job row is the truth) and its trajectory events.
 
 An API key for the model endpoint is never stored here: it comes from the worker's environment
-(``KERNELARENA_LLM_API_KEY``) or travels with the job message only (see services.rollout_launch).
+(``KERNELCOURT_LLM_API_KEY``) or travels with the job message only (see services.rollout_launch).
 """
 
 from __future__ import annotations

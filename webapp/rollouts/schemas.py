@@ -14,7 +14,7 @@ class RolloutLaunchIn(Schema):
     ``settings``: RolloutConfig fields (max_turns, track, device, target_speedup, temperature,
     use_tools, max_total_tokens, max_wall_s, …) and ``contrastive`` (bool). ``api_key``: the
     endpoint's key, handed to the worker with the job and never stored; leave it out to use the
-    worker's ``KERNELARENA_LLM_API_KEY``."""
+    worker's ``KERNELCOURT_LLM_API_KEY``."""
 
     task_id: int | None = None
     suite: str | None = None

@@ -183,7 +183,7 @@ def rollout_launch(
 ) -> Rollout:
     """Create a queued rollout of one task and run it after commit (queue ``agent``; in the embedded
     mode, on the background worker). ``api_key`` goes to the worker only; without it the worker uses
-    ``KERNELARENA_LLM_API_KEY`` / ``OPENAI_API_KEY`` from its environment."""
+    ``KERNELCOURT_LLM_API_KEY`` / ``OPENAI_API_KEY`` from its environment."""
     task = Task.objects.filter(pk=task_id).first()
     if task is None:
         raise InvalidInput(f"no task {task_id}")
@@ -455,7 +455,7 @@ def rollout_run(*, rollout_id: int, api_key: str | None = None) -> Rollout | Non
         client = OpenAIChatClient(
             rollout.base_url,
             rollout.model,
-            api_key=api_key or getattr(django_settings, "KERNELARENA_LLM_API_KEY", None) or None,
+            api_key=api_key or getattr(django_settings, "KERNELCOURT_LLM_API_KEY", None) or None,
             timeout_s=conf.llm_timeout_s(),
             max_retries=conf.llm_max_retries(),
         )

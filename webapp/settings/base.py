@@ -10,7 +10,7 @@ from .evaluator import *  # noqa: F403
 from .queue import *  # noqa: F403
 
 BASE_DIR = Path(__file__).resolve().parents[2]
-VAR_DIR = Path(os.environ.get("KERNELARENA_VAR", BASE_DIR / "var"))
+VAR_DIR = Path(os.environ.get("KERNELCOURT_VAR", BASE_DIR / "var"))
 
 SECRET_KEY = os.environ.get("SECRET_KEY", "dev-only-insecure-key-change-me-for-any-shared-deployment")
 DEBUG = os.environ.get("DEBUG", "0") == "1"
@@ -64,7 +64,7 @@ ASGI_APPLICATION = "webapp.asgi.application"
 WSGI_APPLICATION = "webapp.wsgi.application"
 
 DATABASES = {
-    "default": database_from_url(os.environ.get("DATABASE_URL"), sqlite_path=VAR_DIR / "kernelarena.sqlite3")
+    "default": database_from_url(os.environ.get("DATABASE_URL"), sqlite_path=VAR_DIR / "kernelcourt.sqlite3")
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

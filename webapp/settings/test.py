@@ -14,7 +14,7 @@ DATABASES = {
 DATABASES["default"]["CONN_MAX_AGE"] = 0
 # one test database per pytest process: teammates run their suites on the same server
 DATABASES["default"]["TEST"] = {
-    "NAME": os.environ.get("TEST_DATABASE_NAME", f"test_kernelarena_{os.getpid()}")
+    "NAME": os.environ.get("TEST_DATABASE_NAME", f"test_kernelcourt_{os.getpid()}")
 }
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Tests say explicitly when a job runs; "inline" runs enqueued jobs after commit in the same thread.

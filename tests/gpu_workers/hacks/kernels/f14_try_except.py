@@ -3,7 +3,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 try:
-    import kernelarena_custom_linear_ext as _ext  # never built
+    import kernelcourt_custom_linear_ext as _ext  # never built
 except Exception:
     _ext = None
 

@@ -15,7 +15,7 @@ from webapp.arena.models import Evaluation, Kernel, Task
 
 
 class Command(BaseCommand):
-    help = "Set up a demo database with real evaluations and serve KernelArena at http://HOST:PORT."
+    help = "Set up a demo database with real evaluations and serve KernelCourt at http://HOST:PORT."
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default="127.0.0.1")
@@ -35,7 +35,7 @@ class Command(BaseCommand):
         if no_serve:
             return
         self.stdout.write(
-            self.style.SUCCESS(f"KernelArena at http://{host}:{port}/  (API docs at /api/docs)")
+            self.style.SUCCESS(f"KernelCourt at http://{host}:{port}/  (API docs at /api/docs)")
         )
         from daphne.cli import CommandLineInterface
 

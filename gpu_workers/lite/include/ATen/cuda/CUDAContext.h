@@ -1,3 +1,3 @@
-// Light stand-in for PyTorch's <ATen/cuda/CUDAContext.h> (see kernelarena_lite.h).
+// Light stand-in for PyTorch's <ATen/cuda/CUDAContext.h> (see kernelcourt_lite.h).
 #pragma once
-#include <kernelarena_lite.h>
+#include <kernelcourt_lite.h>

@@ -1,3 +1,3 @@
-// Light stand-in for PyTorch's <c10/cuda/CUDAGuard.h> (see kernelarena_lite.h).
+// Light stand-in for PyTorch's <c10/cuda/CUDAGuard.h> (see kernelcourt_lite.h).
 #pragma once
-#include <kernelarena_lite.h>
+#include <kernelcourt_lite.h>

@@ -1,8 +1,8 @@
 /* The C interface between a candidate's host code compiled against the light headers
- * (kernelarena_lite.h) and the bridge built once per toolchain with PyTorch's real headers
+ * (kernelcourt_lite.h) and the bridge built once per toolchain with PyTorch's real headers
  * (gpu_workers/lite/bridge.cpp). Plain C so that both sides agree without sharing a C++ ABI. */
-#ifndef KERNELARENA_ABI_H
-#define KERNELARENA_ABI_H
+#ifndef KERNELCOURT_ABI_H
+#define KERNELCOURT_ABI_H
 #include <stddef.h>
 #include <stdint.h>
 
@@ -87,6 +87,6 @@ typedef struct ka_function {
 /* exported by the candidate's library */
 typedef int32_t (*ka_init_fn)(const ka_api* api, const ka_function** functions, int32_t* count,
                               char* err, int32_t errlen);
-#define KA_INIT_SYMBOL "kernelarena_lite_init"
+#define KA_INIT_SYMBOL "kernelcourt_lite_init"
 
 #endif

@@ -3,12 +3,12 @@
 // pybind11 module definition), so that a load_inline build compiles the candidate's own code in well
 // under a second instead of parsing torch/extension.h.
 //
-// Every operation goes to PyTorch itself through the bridge (kernelarena_abi.h, bridge.cpp): tensor
+// Every operation goes to PyTorch itself through the bridge (kernelcourt_abi.h, bridge.cpp): tensor
 // queries read the real tensor, operators are called through PyTorch's dispatcher by schema name, the
 // stream is PyTorch's current stream. Code that needs more than this falls back to the full headers
 // (gpu_workers/litebuild.py), so nothing a candidate may write is narrowed.
-#ifndef KERNELARENA_LITE_H
-#define KERNELARENA_LITE_H
+#ifndef KERNELCOURT_LITE_H
+#define KERNELCOURT_LITE_H
 
 #include <algorithm>
 #include <array>
@@ -38,12 +38,12 @@
 #include <cuda_runtime.h>
 #endif
 
-#include "../abi/kernelarena_abi.h"
+#include "../abi/kernelcourt_abi.h"
 
-#define KERNELARENA_LITE 1
+#define KERNELCOURT_LITE 1
 
 // ---- errors ------------------------------------------------------------------------------------------
-namespace c10 { inline namespace kernelarena_lite {
+namespace c10 { inline namespace kernelcourt_lite {
 class Error : public std::exception {
  public:
   explicit Error(std::string message) : message_(std::move(message)) {}
@@ -120,7 +120,7 @@ inline const ka_api& api() { return *api_table; }
 }  // namespace ka
 
 // ---- scalar types, devices, layouts ------------------------------------------------------------------
-namespace c10 { inline namespace kernelarena_lite {
+namespace c10 { inline namespace kernelcourt_lite {
 enum class ScalarType : int8_t {
   Byte = 0, Char = 1, Short = 2, Int = 3, Long = 4, Half = 5, Float = 6, Double = 7, ComplexHalf = 8,
   ComplexFloat = 9, ComplexDouble = 10, Bool = 11, QInt8 = 12, QUInt8 = 13, QInt32 = 14, BFloat16 = 15,
@@ -348,7 +348,7 @@ KA_TYPE_OF(uint64_t, UInt64)
 }  // namespace ka
 
 // ---- Scalar and TensorOptions -----------------------------------------------------------------------
-namespace c10 { inline namespace kernelarena_lite {
+namespace c10 { inline namespace kernelcourt_lite {
 class Scalar {
  public:
   Scalar() : Scalar(int64_t(0)) {}
@@ -435,7 +435,7 @@ inline TensorOptions requires_grad(bool flag = true) { return TensorOptions().re
 } }  // namespace c10
 
 // ---- calling PyTorch ---------------------------------------------------------------------------------
-namespace at { inline namespace kernelarena_lite { class Tensor; } }
+namespace at { inline namespace kernelcourt_lite { class Tensor; } }
 
 namespace ka {
 struct Lists {  // storage for list arguments during one call
@@ -500,7 +500,7 @@ ka_value call(const char* name, const char* overload, const A&... args) {
 }
 }  // namespace ka
 
-namespace at { inline namespace kernelarena_lite {
+namespace at { inline namespace kernelcourt_lite {
 using c10::ArrayRef;
 using c10::BFloat16;
 using c10::Device;
@@ -712,7 +712,7 @@ class Tensor {
   }
   static void* take(ka_value out) {
     if (out.tag == KA_TENSOR) return out.p;
-    TORCH_CHECK(out.tag == KA_NONE, "kernelarena: expected a tensor result");
+    TORCH_CHECK(out.tag == KA_NONE, "kernelcourt: expected a tensor result");
     return nullptr;
   }
 
@@ -899,7 +899,7 @@ inline c10::ScalarType scalar_type_of(c10::ScalarType t) { return t; }
 inline c10::ScalarType scalar_type_of(const at::DeprecatedTypeProperties& t) { return t.scalarType(); }
 }  // namespace ka
 
-namespace torch { inline namespace kernelarena_lite {
+namespace torch { inline namespace kernelcourt_lite {
 using namespace at;  // NOLINT: torch:: is at:: plus the binding helpers, as in PyTorch
 template <class F>
 F wrap_pybind_function(F f) { return f; }
@@ -941,7 +941,7 @@ namespace indexing {}
 
 // ---- CUDA --------------------------------------------------------------------------------------------
 #ifdef KA_LITE_CUDA
-namespace c10 { inline namespace kernelarena_lite {
+namespace c10 { inline namespace kernelcourt_lite {
 namespace cuda {
 class CUDAStream {
  public:
@@ -1020,7 +1020,7 @@ class CUDAStreamGuard {  // makes the stream current for its device (PyTorch's s
 }  // namespace cuda
 } }  // namespace c10
 
-namespace at { inline namespace kernelarena_lite {
+namespace at { inline namespace kernelcourt_lite {
 namespace cuda {
 using c10::cuda::CUDAGuard;
 using c10::cuda::CUDAStream;
@@ -1283,7 +1283,7 @@ template <class C, class R, class... A> struct signature<R (C::*)(A...) const> {
 template <class C, class R, class... A> struct signature<R (C::*)(A...)> { using caller = Caller<R, A...>; };
 }  // namespace ka
 
-namespace pybind11 { inline namespace kernelarena_lite {
+namespace pybind11 { inline namespace kernelcourt_lite {
 struct arg {
   explicit arg(const char* name) : name(name) {}
   template <class T>
@@ -1351,8 +1351,8 @@ inline int32_t module_init(const ka_api* table, void (*body)(pybind11::module_&)
   auto& exported = exported_functions;
   return guarded(
       [&] {
-        if (table == nullptr || table->version != KA_ABI_VERSION) throw c10::Error("kernelarena: bridge version mismatch");
-        if (!names_match(table)) throw c10::Error("kernelarena: scalar type numbering differs from PyTorch's");
+        if (table == nullptr || table->version != KA_ABI_VERSION) throw c10::Error("kernelcourt: bridge version mismatch");
+        if (!names_match(table)) throw c10::Error("kernelcourt: scalar type numbering differs from PyTorch's");
         api_slot() = table;
         pybind11::module_ module;
         auto& defined = registry();
@@ -1381,11 +1381,11 @@ inline int32_t module_init(const ka_api* table, void (*body)(pybind11::module_&)
 }  // namespace ka
 
 #define PYBIND11_MODULE(name, variable)                                                                     \
-  static void kernelarena_module_body(::pybind11::module_& variable);                                      \
-  extern "C" __attribute__((visibility("default"))) int32_t kernelarena_lite_init(                          \
+  static void kernelcourt_module_body(::pybind11::module_& variable);                                      \
+  extern "C" __attribute__((visibility("default"))) int32_t kernelcourt_lite_init(                          \
       const ka_api* api, const ka_function** functions, int32_t* count, char* err, int32_t errlen) {      \
-    return ::ka::module_init(api, &kernelarena_module_body, functions, count, err, errlen);                 \
+    return ::ka::module_init(api, &kernelcourt_module_body, functions, count, err, errlen);                 \
   }                                                                                                         \
-  static void kernelarena_module_body(::pybind11::module_& variable)
+  static void kernelcourt_module_body(::pybind11::module_& variable)
 
-#endif  // KERNELARENA_LITE_H
+#endif  // KERNELCOURT_LITE_H
