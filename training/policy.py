@@ -207,7 +207,11 @@ def prepare_for_training(model: nn.Module, spec: ModelSpec) -> nn.Module:
     """Gradient checkpointing and LoRA as ``spec`` asks; the model is returned (a ``PeftModel`` under LoRA)."""
     if spec.gradient_checkpointing:
         # Non-reentrant checkpointing: works with frozen inputs (LoRA) and with keyword arguments.
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        # transformers ≥ 5.2x names it activation checkpointing; earlier releases gradient checkpointing.
+        if hasattr(model, "activation_checkpointing_enable"):
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
     if spec.lora_rank > 0:
         try:
