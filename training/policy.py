@@ -212,7 +212,6 @@ def prepare_for_training(model: nn.Module, spec: ModelSpec) -> nn.Module:
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.config.use_cache = False
     if spec.lora_rank > 0:
         try:
             from peft import LoraConfig, get_peft_model
@@ -262,7 +261,9 @@ def sequence_logprobs(
     positions; the others read 0. ``entropy``: ``none``; ``detached`` (a value, no graph: for a metric);
     ``grad`` (differentiable: for an entropy bonus)."""
     decoder, head = causal_lm_parts(model)
-    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[:, :-1]
+    # use_cache=False: a scoring forward must not build a KV cache (generation still uses one)
+    out = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+    hidden = out.last_hidden_state[:, :-1]
     targets = input_ids[:, 1:]
     select = (positions != 0) if positions is not None else torch.ones_like(targets, dtype=torch.bool)
     lp, ent = chunked_head_logprobs(hidden[select], head, targets[select], temperature=temperature,

@@ -154,6 +154,7 @@ class MasterAdamW:
             self._hooks.append(p.register_post_accumulate_grad_hook(_into_master(master)))
         if not self.masters:
             raise ValueError("nothing to optimise: the model has no trainable parameters")
+        self._versions = [p._version for p in self.params]
         fused = all(m.is_cuda for m in self.masters)  # one kernel per step over all the fp32 state
         self.inner = torch.optim.AdamW(self.masters, lr=lr, betas=betas, weight_decay=weight_decay,
                                        fused=fused or None)
@@ -175,6 +176,11 @@ class MasterAdamW:
 
     @torch.no_grad()
     def step(self) -> None:
+        # A weight written in place since the last step (a checkpoint or a state dict loaded into the model)
+        # is newer than its master: take it, rather than overwrite it with the stale master.
+        for p, m, seen in zip(self.params, self.masters, self._versions):
+            if p is not m and p._version != seen:
+                m.copy_(p)
         self.inner.step()
         self._write_back()
 
@@ -182,6 +188,7 @@ class MasterAdamW:
         for p, m in zip(self.params, self.masters):
             if p is not m:
                 p.copy_(m)
+        self._versions = [p._version for p in self.params]
 
     @torch.no_grad()
     def sync_from_model(self) -> None:
@@ -189,6 +196,7 @@ class MasterAdamW:
         for p, m in zip(self.params, self.masters):
             if p is not m:
                 m.copy_(p)
+        self._versions = [p._version for p in self.params]
 
     def state_dict(self) -> dict[str, Any]:
         return {"adamw": self.inner.state_dict(),

@@ -83,7 +83,8 @@ class CriticModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         with self._active():
-            hidden = self.decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            out = self.decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        hidden = out.last_hidden_state
         return self.value_head(hidden)
 
     def token_values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:

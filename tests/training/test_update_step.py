@@ -172,6 +172,24 @@ def test_an_old_plain_adamw_state_resyncs_the_masters_from_the_model(hf_model_di
         assert torch.equal(m, p.float())
 
 
+def test_weights_loaded_into_the_model_after_the_optimiser_are_not_reverted(hf_model_dir):
+    # given a trainer made before the model is loaded from elsewhere (no optimiser state to restore)
+    tok = build_tokenizer(_spec(hf_model_dir, dtype="bfloat16"))
+    data = [(r.token_ids(), r.action_mask(), r.turn_spans()) for r in _rollouts(tok)]
+    model = build_model(_spec(hf_model_dir, dtype="bfloat16"), tok, seed=0)
+    trainer = Trainer(model, optim=OptimConfig(lr=1e-6), pad_id=tok.pad_token_id)
+    loaded = build_model(_spec(hf_model_dir, dtype="bfloat16"), tok, seed=0).state_dict()
+    with torch.no_grad():
+        for value in loaded.values():
+            value.mul_(-1.0)
+    model.load_state_dict(loaded)
+    # when it steps
+    trainer.sft_step(data)
+    # then the step started from the loaded weights (moved by ≤ a few lr), not from the stale masters
+    for name, p in model.named_parameters():
+        assert torch.allclose(p.float(), loaded[name].float(), atol=1e-4), name
+
+
 def test_gradient_checkpointing_gives_the_same_gradients(hf_model_dir):
     tok = build_tokenizer(_spec(hf_model_dir))
     rollouts = _rollouts(tok)
