@@ -54,10 +54,14 @@ class Shape:
 
 # The public configs of Qwen2 / Qwen2.5 at these sizes (config.json of each model).
 SHAPES = {
-    "tiny": Shape(hidden=32, layers=2, heads=4, kv_heads=2, intermediate=64, vocab=512, tie=True, max_positions=4096),
-    "qwen2-0.5b": Shape(hidden=896, layers=24, heads=14, kv_heads=2, intermediate=4864, vocab=151936, tie=True),
-    "qwen2-1.5b": Shape(hidden=1536, layers=28, heads=12, kv_heads=2, intermediate=8960, vocab=151936, tie=True),
-    "qwen2-7b": Shape(hidden=3584, layers=28, heads=28, kv_heads=4, intermediate=18944, vocab=152064, tie=False),
+    "tiny": Shape(hidden=32, layers=2, heads=4, kv_heads=2, intermediate=64, vocab=512, tie=True,
+                  max_positions=4096),
+    "qwen2-0.5b": Shape(hidden=896, layers=24, heads=14, kv_heads=2, intermediate=4864, vocab=151936,
+                        tie=True),
+    "qwen2-1.5b": Shape(hidden=1536, layers=28, heads=12, kv_heads=2, intermediate=8960, vocab=151936,
+                        tie=True),
+    "qwen2-7b": Shape(hidden=3584, layers=28, heads=28, kv_heads=4, intermediate=18944, vocab=152064,
+                      tie=False),
 }
 
 
@@ -68,14 +72,13 @@ def build(shape: Shape, *, device: str, dtype: torch.dtype, attn: str, seed: int
                          num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
                          intermediate_size=shape.intermediate, max_position_embeddings=shape.max_positions,
                          tie_word_embeddings=shape.tie, pad_token_id=0, eos_token_id=1, use_cache=False)
-    if attn:
-        config._attn_implementation = attn
+    extra = {"attn_implementation": attn} if attn else {}
     torch.manual_seed(seed)
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)  # initialise in the run's dtype: a 7B model never exists in fp32
     try:
         with torch.device(device):
-            model = AutoModelForCausalLM.from_config(config)
+            model = AutoModelForCausalLM.from_config(config, **extra)
     finally:
         torch.set_default_dtype(previous)
     return model.to(device=device, dtype=dtype)
@@ -89,8 +92,8 @@ def rollouts(batch: int, seq: int, vocab: int, seed: int) -> list[Rollout]:
     for i in range(batch):
         action = torch.randint(2, vocab, (seq - prompt_len,), generator=gen).tolist()
         reward = float(i % 4) - 1.0  # CUDA Agent's −1/1/2/3 scale, spread over the group
-        out.append(Rollout(task_name="bench", group=0, index=i, prompt_ids=prompt,
-                           turns=[Turn(action_ids=action, text="", outcome=TurnOutcome(reward=reward, status="ok"))]))
+        turn = Turn(action_ids=action, text="", outcome=TurnOutcome(reward=reward, status="ok"))
+        out.append(Rollout(task_name="bench", group=0, index=i, prompt_ids=prompt, turns=[turn]))
     return out
 
 
@@ -185,6 +188,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   seed=args.seed)
     model = prepare_for_training(model, ModelSpec(gradient_checkpointing=args.grad_ckpt, lora_rank=args.lora,
                                                   lora_alpha=2.0 * args.lora))
+    model.train()  # gradient checkpointing applies in training mode only
     params = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     data = rollouts(args.batch, args.seq, shape.vocab, args.seed)
@@ -194,12 +198,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     report: dict[str, Any] = {
         "shape": args.shape, "device": args.device, "dtype": str(dtype).removeprefix("torch."),
         "gpu": torch.cuda.get_device_name() if meter.cuda else None, "torch": torch.__version__,
-        "seq": args.seq, "batch": args.batch, "tokens": tokens, "lora": args.lora, "grad_ckpt": args.grad_ckpt,
+        "seq": args.seq, "batch": args.batch, "tokens": tokens, "lora": args.lora,
+        "grad_ckpt": args.grad_ckpt,
         "micro_batch_tokens": optim.micro_batch_tokens, "chunk": args.chunk, "attn": args.attn,
         "params": params, "trainable": trainable,
     }
+    where = report["gpu"] or args.device
     print(f"{args.shape}: {params / 1e6:.1f}M parameters ({trainable / 1e6:.1f}M trainable), "
-          f"{args.batch} x {args.seq} tokens, {report['dtype']} on {report['gpu'] or args.device}", flush=True)
+          f"{args.batch} x {args.seq} tokens, {report['dtype']} on {where}", flush=True)
     if args.baseline:
         report["logprobs"] = logprob_baseline(model, data[0], args.device, args.chunk, meter)
         print("log-probs of one sample (forward+backward):", json.dumps(report["logprobs"]), flush=True)
@@ -210,7 +216,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                   tokens, meter)
     _print("GRPO step", report["grpo"])
     if args.ppo:
-        critic = (CriticModel.sharing(model) if args.lora else CriticModel(copy.deepcopy(model))).to(args.device)
+        critic = CriticModel.sharing(model) if args.lora else CriticModel(copy.deepcopy(model))
+        critic = critic.to(args.device)
         trainer.attach_critic(critic)
         ppo = AlgoConfig(gamma=1.0, lam=0.95, kl_coef=0.0, loss_aggregation="token_mean")
         report["ppo"] = _timed_steps(lambda: trainer.ppo_step(data, ppo), args.steps, tokens, meter)
@@ -224,8 +231,8 @@ def _timed_steps(step: Callable[[], dict[str, Any]], runs: int, tokens: int, met
     first = None
     for i in range(runs):
         stats, seconds, peak = meter.run(step)
-        row = {"seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds, 1), "peak_gib": gib(peak),
-               "grad_norm": stats["grad_norm"], "value_loss": stats.get("value_loss")}
+        row = {"seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds, 1),
+               "peak_gib": gib(peak), "grad_norm": stats["grad_norm"], "value_loss": stats.get("value_loss")}
         if i == 0:
             first = row["seconds"]
     row["first_seconds"] = first

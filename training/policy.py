@@ -83,7 +83,8 @@ class HFTokenizer:
         return self.tok.decode(list(ids), skip_special_tokens=True)
 
     def prompt_ids(self, system: str, user: str) -> list[int]:
-        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+        messages = [{"role": "system", "content": system}] if system else []
+        messages.append({"role": "user", "content": user})
         return chat_template_ids(self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
 
     def observation_ids(self, text: str) -> list[int]:
@@ -204,7 +205,7 @@ def _tiny_config(spec: ModelSpec, tokenizer: Tokenizer) -> Any:
 
 
 def prepare_for_training(model: nn.Module, spec: ModelSpec) -> nn.Module:
-    """Gradient checkpointing and LoRA as ``spec`` asks; the model is returned (a ``PeftModel`` under LoRA)."""
+    """Gradient checkpointing and LoRA as ``spec`` asks; returns the model (a ``PeftModel`` under LoRA)."""
     if spec.gradient_checkpointing:
         # Non-reentrant checkpointing: works with frozen inputs (LoRA) and with keyword arguments.
         # transformers ≥ 5.2x names it activation checkpointing; earlier releases gradient checkpointing.

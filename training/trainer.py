@@ -340,10 +340,11 @@ class Trainer:
         old_lp = self._frozen_logprobs(self.policy, batch, temperature) if update_policy else None
         use_ref = self.ref is not None and algo.kl_coef > 0 and update_policy
         ref_lp = self._frozen_logprobs(self.ref, batch, temperature) if use_ref else None
-        stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy", "clip_fraction",
-                                                         "grad_norm", "kl")}
+        keys = ("policy_loss", "value_loss", "entropy", "clip_fraction", "grad_norm", "kl")
+        stats: dict[str, list[float]] = {k: [] for k in keys}
         if ref_lp is not None and old_lp is not None:
-            stats["kl"].append(float(masked_mean(kl_penalty(old_lp, ref_lp, algo.kl_estimator), batch.action_mask)))
+            kl_old = kl_penalty(old_lp, ref_lp, algo.kl_estimator)
+            stats["kl"].append(float(masked_mean(kl_old, batch.action_mask)))
         entropy_mode = "grad" if algo.entropy_coef else "detached"
         n = batch.input_ids.shape[0]
         for _ in range(algo.ppo_epochs):
@@ -394,7 +395,7 @@ class Trainer:
                         mask = micro.batch.action_mask
                         vloss = value_loss(values, old_values[pick, :w], returns[pick, :w], mask,
                                            clip=algo.value_clip)
-                        # value_loss is a masked mean over the micro-batch: reweight it to the optimiser batch's
+                        # value_loss is a masked mean over the micro-batch: reweight it to the minibatch's
                         vloss = vloss * mask.sum().clamp(min=1.0) / tokens
                         total += float(vloss.detach())
                         if vloss.requires_grad:

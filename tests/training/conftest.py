@@ -14,7 +14,8 @@ CHAT_TEMPLATE = (
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CORPUS = [
     "Write a CUDA kernel for the model below. Return the whole file in one python block.",
-    "import torch\nimport torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x",
+    "import torch\nimport torch.nn as nn\nclass ModelNew(nn.Module):\n"
+    "    def forward(self, x):\n        return x",
     "You are an expert in GPU kernels. compile verify profile submit",
     "ACTION: compile\nThe kernel compiled. It is 1.3x faster than eager PyTorch.",
     "system user assistant observation torch.sigmoid(x) * x",
@@ -44,8 +45,9 @@ def build_hf_model_dir(directory: Path, arch: str = "qwen2", *, hidden: int = 32
 
     tok = build_tokenizer()
     cls = {"qwen2": Qwen2Config, "llama": LlamaConfig}[arch]
-    config = cls(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                 num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=256,
+    config = cls(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden,
+                 num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                 max_position_embeddings=256,
                  tie_word_embeddings=False, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
                  bos_token_id=None)
     with torch.random.fork_rng(devices=[]):

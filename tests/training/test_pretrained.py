@@ -41,9 +41,10 @@ def test_chat_template_ids_accepts_the_4x_and_5x_return_types(hf_model_dir):
     tok = build_tokenizer(ModelSpec(kind="pretrained", name_or_path=str(hf_model_dir))).tok
     messages = [{"role": "user", "content": "compile verify"}]
     as_list = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
-    as_encoding = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
-    as_tensor = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False,
-                                        return_tensors="pt")
+    as_encoding = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                          return_dict=True)
+    as_tensor = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                        return_dict=False, return_tensors="pt")
     assert isinstance(as_list, list) and not isinstance(as_list[0], list)  # the 4.x shape
     expected = list(as_list)
     assert chat_template_ids(as_list) == expected
@@ -76,10 +77,10 @@ def test_a_local_directory_loads_generates_and_trains(fixture, request):
     [reply] = PolicyGenerator(model, tok).generate([prompt], Sampling(max_new_tokens=6))
     assert 1 <= len(reply) <= 6 and all(0 <= i < tok.vocab_size for i in reply)
     # and a GRPO step trains on two such rollouts with opposite rewards
+    actions = [reply, tok.encode("return x") + [tok.eos_token_id]]
     rollouts = [Rollout(task_name="t", group=0, index=i, prompt_ids=prompt,
-                        turns=[Turn(action_ids=reply if i == 0 else tok.encode("return x") + [tok.eos_token_id],
-                                    observation_ids=[], text="", outcome=TurnOutcome(reward=float(i), status="ok"))])
-                for i in range(2)]
+                        turns=[Turn(action_ids=a, text="", outcome=TurnOutcome(float(i), "ok"))])
+                for i, a in enumerate(actions)]
     before = [p.detach().clone() for p in model.parameters()]
     trainer = Trainer(model, optim=OptimConfig(lr=1e-2), pad_id=tok.pad_token_id)
     stats = trainer.grpo_step(rollouts, AlgoConfig(group_size=2))
