@@ -269,3 +269,27 @@ def test_a_critic_sharing_the_lora_base_trains_its_own_adapter(hf_model_dir):
                                         positions=batch.action_mask)
     assert torch.equal(lp_before, lp_after)
     assert policy.active_adapter == "default"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("lora", [0, 4])
+def test_bf16_steps_on_cuda_with_fused_master_adamw(hf_model_dir, lora):
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    # given the directory's model in bf16 on the GPU, micro-batched, checkpointed, LoRA or not
+    spec = _spec(hf_model_dir, dtype="bfloat16", gradient_checkpointing=True, lora_rank=lora, lora_alpha=8)
+    tok = build_tokenizer(spec)
+    policy = build_model(spec, tok, seed=0).cuda()
+    critic = (CriticModel.sharing(policy) if lora else CriticModel(build_model(spec, tok, seed=0))).cuda()
+    optim = OptimConfig(lr=1e-6, critic_lr=1e-5, micro_batch_tokens=150, logprob_chunk_tokens=32)
+    trainer = Trainer(policy, optim=optim, pad_id=tok.pad_token_id, device="cuda", critic=critic)
+    assert trainer.policy_opt.inner.defaults["fused"] is True
+    before = [m.clone() for m in trainer.policy_opt.masters]
+    # when it takes a GRPO step and a PPO step
+    grpo = trainer.grpo_step(_rollouts(tok), AlgoConfig(group_size=4))
+    ppo = trainer.ppo_step(_rollouts(tok), AlgoConfig())
+    # then both moved the masters, stayed finite, and the model stayed bf16 where it was
+    assert grpo["grad_norm"] > 0 and ppo["grad_norm"] > 0 and ppo["value_loss"] > 0
+    assert all(torch.isfinite(m).all() and not torch.equal(a, m) for a, m in zip(before, trainer.policy_opt.masters)
+               if m.ndim > 1)
+    assert {p.dtype for n, p in policy.named_parameters() if "lora_" not in n} == {torch.bfloat16}
