@@ -15,6 +15,7 @@ from torch.utils.checkpoint import checkpoint
 
 LOSS_AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")
 KL_ESTIMATORS = ("k1", "k2", "k3")
+ENTROPY_MODES = ("none", "detached", "grad")  # no entropy | a value without a graph | differentiable
 
 
 @dataclass
@@ -141,8 +142,8 @@ def chunked_head_logprobs(
     At most ``chunk_tokens`` rows of logits (and their fp32 copy) exist at a time; under autograd each
     chunk is checkpointed, so only its hidden rows are kept and the backward pass recomputes its logits.
     ``entropy``: ``none`` | ``detached`` (computed without a graph) | ``grad``."""
-    if entropy not in ("none", "detached", "grad"):
-        raise ValueError(f"entropy must be none, detached or grad, got {entropy!r}")
+    if entropy not in ENTROPY_MODES:
+        raise ValueError(f"entropy must be one of {ENTROPY_MODES}, got {entropy!r}")
     if chunk_tokens < 1:
         raise ValueError("chunk_tokens must be ≥ 1")
     lps: list[torch.Tensor] = []

@@ -208,7 +208,7 @@ def prepare_for_training(model: nn.Module, spec: ModelSpec) -> nn.Module:
     """Gradient checkpointing and LoRA as ``spec`` asks; returns the model (a ``PeftModel`` under LoRA)."""
     if spec.gradient_checkpointing:
         # Non-reentrant checkpointing: works with frozen inputs (LoRA) and with keyword arguments.
-        # transformers ≥ 5.2x names it activation checkpointing; earlier releases gradient checkpointing.
+        # Newer transformers call it activation checkpointing (the old name still works, with a warning).
         if hasattr(model, "activation_checkpointing_enable"):
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         else:
@@ -217,7 +217,7 @@ def prepare_for_training(model: nn.Module, spec: ModelSpec) -> nn.Module:
         try:
             from peft import LoraConfig, get_peft_model
         except ImportError as exc:  # pragma: no cover - peft is a dependency; this names it if absent
-            raise RuntimeError("LoRA needs the peft package: pip install 'kernelcourt[train]'") from exc
+            raise RuntimeError("LoRA needs the peft package (pip install peft)") from exc
         config = LoraConfig(r=spec.lora_rank, lora_alpha=spec.lora_alpha, lora_dropout=spec.lora_dropout,
                             target_modules=spec.lora_target_modules, task_type="CAUSAL_LM")
         model = get_peft_model(model, config)
@@ -233,21 +233,22 @@ def causal_lm_parts(model: nn.Module) -> tuple[nn.Module, Callable[[torch.Tensor
     if decoder is inner:
         raise TypeError(f"{type(inner).__name__} is not a causal LM with a separate decoder and head")
     lm_head = inner.get_output_embeddings()
+    # What some architectures' forward does to the head's output (Cohere, Granite, Gemma 2).
     cap = getattr(inner.config, "final_logit_softcapping", None)
     scale = getattr(inner.config, "logit_scale", None)
+    divide = getattr(inner.config, "logits_scaling", None)
 
     def head(hidden: torch.Tensor) -> torch.Tensor:
         logits = lm_head(hidden)
         if scale is not None:
             logits = logits * scale
+        if divide is not None:
+            logits = logits / divide
         if cap is not None:
             logits = torch.tanh(logits / cap) * cap
         return logits
 
     return decoder, head
-
-
-ENTROPY_MODES = ("none", "detached", "grad")
 
 
 def sequence_logprobs(
