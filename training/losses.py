@@ -6,13 +6,16 @@ log-probability of ``input_ids[:, t + 1]``); ``mask`` is 1 on the policy's own (
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 LOSS_AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")
 KL_ESTIMATORS = ("k1", "k2", "k3")
+ENTROPY_MODES = ("none", "detached", "grad")  # no entropy | a value without a graph | differentiable
 
 
 @dataclass
@@ -68,17 +71,26 @@ def aggregate_loss(
     - ``seq_mean_token_sum_norm``: Dr.GRPO: each sequence's token sum divided by one constant
       (``norm_length``, the generation budget; T when not given), then mean over sequences.
     """
-    mask_f = mask.to(token_loss.dtype)
-    masked = token_loss * mask_f
+    weights = aggregation_weights(mask, mode, norm_length=norm_length).to(token_loss.dtype)
+    return (token_loss * weights).sum()
+
+
+def aggregation_weights(mask: torch.Tensor, mode: str = "seq_mean_token_mean", *,
+                        norm_length: int | None = None) -> torch.Tensor:
+    """Per-token weights w [B, T] with ``aggregate_loss(x) == (x * w).sum()``.
+
+    Computed once over a whole optimiser batch and sliced per micro-batch, they make the sum of the
+    micro-batches' losses the batch's loss exactly, whatever the aggregation (``mask`` is 0/1)."""
+    mask_f = mask.float()
     if mode == "seq_mean_token_mean":
-        per_seq = masked.sum(dim=1) / mask_f.sum(dim=1).clamp(min=1.0)
-        has_tokens = (mask_f.sum(dim=1) > 0).to(token_loss.dtype)
-        return (per_seq * has_tokens).sum() / has_tokens.sum().clamp(min=1.0)
+        lengths = mask_f.sum(dim=1, keepdim=True)
+        sequences = (lengths > 0).float().sum().clamp(min=1.0)
+        return mask_f / (lengths.clamp(min=1.0) * sequences)
     if mode == "token_mean":
-        return masked.sum() / mask_f.sum().clamp(min=1.0)
+        return mask_f / mask_f.sum().clamp(min=1.0)
     if mode == "seq_mean_token_sum_norm":
-        length = float(norm_length if norm_length is not None else token_loss.shape[1])
-        return (masked.sum(dim=1) / length).mean()
+        length = float(norm_length if norm_length is not None else mask.shape[1])
+        return mask_f / (length * mask.shape[0])
     raise ValueError(f"unknown loss aggregation {mode!r}; choose from {LOSS_AGGREGATIONS}")
 
 
@@ -106,6 +118,52 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return -(logp.exp() * logp).sum(dim=-1)
 
 
+def _head_chunk(hidden: torch.Tensor, targets: torch.Tensor, head: Callable[[torch.Tensor], torch.Tensor],
+                temperature: float, entropy: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    logits = head(hidden).float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    lse = torch.logsumexp(logits, dim=-1)
+    lp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
+    if entropy == "none":
+        return lp, None
+    with torch.set_grad_enabled(torch.is_grad_enabled() and entropy == "grad"):
+        # H = logsumexp(z) − Σ softmax(z)·z
+        ent = lse - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
+    return lp, ent
+
+
+def chunked_head_logprobs(
+    hidden: torch.Tensor, head: Callable[[torch.Tensor], torch.Tensor], targets: torch.Tensor, *,
+    temperature: float = 1.0, chunk_tokens: int = 1024, entropy: str = "none",
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log-softmax(head(hidden) / temperature)[targets] for hidden [N, H], targets [N] → [N] fp32.
+
+    At most ``chunk_tokens`` rows of logits (and their fp32 copy) exist at a time; under autograd each
+    chunk is checkpointed, so only its hidden rows are kept and the backward pass recomputes its logits.
+    ``entropy``: ``none`` | ``detached`` (computed without a graph) | ``grad``."""
+    if entropy not in ENTROPY_MODES:
+        raise ValueError(f"entropy must be one of {ENTROPY_MODES}, got {entropy!r}")
+    if chunk_tokens < 1:
+        raise ValueError("chunk_tokens must be ≥ 1")
+    lps: list[torch.Tensor] = []
+    ents: list[torch.Tensor] = []
+    for start in range(0, hidden.shape[0], chunk_tokens):
+        h, t = hidden[start:start + chunk_tokens], targets[start:start + chunk_tokens]
+        if torch.is_grad_enabled():
+            lp, ent = checkpoint(_head_chunk, h, t, head, temperature, entropy, use_reentrant=False)
+        else:
+            lp, ent = _head_chunk(h, t, head, temperature, entropy)
+        lps.append(lp)
+        if ent is not None:
+            ents.append(ent)
+    empty = hidden.new_zeros((0,), dtype=torch.float32)
+    lp_all = torch.cat(lps) if lps else empty
+    if entropy == "none":
+        return lp_all, None
+    return lp_all, (torch.cat(ents) if ents else empty)
+
+
 def value_loss(
     values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
     *, clip: float | None = 0.2,
@@ -120,7 +178,10 @@ def value_loss(
 
 
 def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """log π(input_ids[:, t+1] | ≤ t) from model logits [B, T, V] → [B, T−1]."""
+    """log π(input_ids[:, t+1] | ≤ t) from model logits [B, T, V] → [B, T−1].
+
+    The plain computation (an fp32 copy of all the logits and a full log-softmax): the reference the
+    chunked ``chunked_head_logprobs`` is tested and benchmarked against; the trainer does not use it."""
     logits = logits[:, :-1, :].float() / temperature
     targets = input_ids[:, 1:]
     return torch.gather(F.log_softmax(logits, dim=-1), 2, targets.unsqueeze(-1)).squeeze(-1)

@@ -77,6 +77,10 @@ class OptimConfig:
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float = 1.0
+    # Memory knobs of the update (training/trainer.py): padded tokens per forward/backward (gradients
+    # accumulate over micro-batches; 0: the whole optimiser batch at once), and positions per LM-head chunk.
+    micro_batch_tokens: int = 0
+    logprob_chunk_tokens: int = 1024
 
 
 @dataclass
@@ -281,7 +285,7 @@ def tiny_cpu_open_track() -> RunConfig:
 
 
 _BIG_MODEL = ModelSpec(kind="pretrained", name_or_path="Qwen/Qwen2.5-Coder-7B-Instruct", dtype="bfloat16",
-                       max_positions=32768)
+                       max_positions=32768, gradient_checkpointing=True)
 _CUDA_EVAL = EvaluatorConfig(kind="gpu_workers", device="cuda", track="strict", workers=8, timeout_s=900,
                              use_ray=True)
 
@@ -298,7 +302,7 @@ def cuda_agent() -> RunConfig:
                         eval_sources=[{"kind": "suite"}], tasks_per_step=16),
         algo=AlgoConfig(group_size=4, clip_low=0.2, clip_high=0.28, gamma=1.0, lam=0.95, kl_coef=0.0,
                         ppo_epochs=1, minibatch_size=16),
-        optim=OptimConfig(lr=1e-6, critic_lr=5e-6),
+        optim=OptimConfig(lr=1e-6, critic_lr=5e-6, micro_batch_tokens=32768),
         stages=[
             StageConfig(name="single_turn_ppo", kind="ppo", steps=50),
             StageConfig(name="rft", kind="rft", steps=20, algo={"rft_min_reward": 2.0}),
@@ -320,7 +324,7 @@ def cuda_l1() -> RunConfig:
         data=DataConfig(sources=[{"kind": "jsonl", "path": "data/ops6k.jsonl"}],
                         eval_sources=[{"kind": "suite"}], tasks_per_step=16),
         algo=AlgoConfig(group_size=8, kl_coef=0.0),
-        optim=OptimConfig(lr=1e-6),
+        optim=OptimConfig(lr=1e-6, micro_batch_tokens=32768),
         stages=[
             StageConfig(name="sft", kind="sft", steps=100, optim={"lr": 1e-5}),
             StageConfig(name="self_supervised", kind="rft", steps=50, reward={"name": "correctness"},
@@ -343,7 +347,7 @@ def kevin() -> RunConfig:
                         eval_sources=[{"kind": "suite"}], tasks_per_step=8),
         algo=AlgoConfig(group_size=16, turn_credit="discounted", turn_gamma=0.4, kl_coef=0.0,
                         scale_rewards_by_std=True),
-        optim=OptimConfig(lr=2e-6),
+        optim=OptimConfig(lr=2e-6, micro_batch_tokens=32768),
         stages=[StageConfig(name="multi_turn_grpo", kind="grpo", steps=100)],
         checkpoint_every=10,
     )

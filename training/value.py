@@ -1,14 +1,25 @@
-"""The critic: a causal-LM backbone with a scalar value head, one value per token.
+"""The critic: a causal LM's decoder (no LM head) with a scalar value head, one value per token.
 
 CUDA Agent trains a separate critic (initialised from the policy, then pre-trained on the policy's
-rollouts before agentic PPO); we do the same: ``CriticModel`` wraps its own backbone so the policy's
-and the critic's updates never interfere.
+rollouts before agentic PPO). ``CriticModel(causal_lm)`` keeps only the decoder of the model it is given
+(the [B, T, V] logits are never computed, the head's weights are not kept) plus a ``ValueHead`` on the
+final hidden state. Under LoRA a copy of the policy trains only its adapters and the head;
+``CriticModel.sharing(policy)`` instead adds a second LoRA adapter to the policy's own base, so one
+copy of the base weights serves both (the policy's and the critic's updates touch disjoint weights).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
 import torch
 from torch import nn
+
+from training.policy import causal_lm_parts
+
+CRITIC_ADAPTER = "critic"
 
 
 class ValueHead(nn.Module):
@@ -25,17 +36,77 @@ class ValueHead(nn.Module):
 
 
 class CriticModel(nn.Module):
-    """A transformers causal LM used as a backbone (its last hidden state) plus a ``ValueHead``."""
+    """The decoder of a transformers causal LM (LoRA-wrapped or not) plus a ``ValueHead``.
 
-    def __init__(self, backbone: nn.Module) -> None:
+    ``share_adapter``: add a LoRA adapter of that name to ``backbone`` (a LoRA policy) and use the
+    policy's base through it instead of owning a decoder (see ``sharing``)."""
+
+    def __init__(self, backbone: nn.Module, *, share_adapter: str | None = None) -> None:
         super().__init__()
-        self.backbone = backbone
-        self.value_head = ValueHead(int(backbone.config.hidden_size))
+        decoder, _ = causal_lm_parts(backbone)
+        self._shared: tuple[Any, str] | None = None  # (the policy's PeftModel, this critic's adapter)
+        if share_adapter is None:
+            self.backbone = decoder
+        else:
+            self.adapter_weights = nn.ParameterList(_add_adapter(backbone, share_adapter))
+            object.__setattr__(self, "_decoder", decoder)  # not a submodule: the policy owns its base
+            self._shared = (backbone, share_adapter)
+        self.value_head = ValueHead(int(decoder.config.hidden_size))
+
+    @classmethod
+    def sharing(cls, policy: nn.Module, *, adapter: str = CRITIC_ADAPTER) -> CriticModel:
+        """A critic on the LoRA policy's own base weights with its own adapter (the policy's LoRA config):
+        its parameters and state dict are that adapter and the value head. The policy's adapter stays
+        the active one outside the critic's forward."""
+        return cls(policy, share_adapter=adapter)
+
+    @property
+    def decoder(self) -> nn.Module:
+        return self.backbone if self._shared is None else self._decoder
+
+    @contextmanager
+    def _active(self) -> Iterator[None]:
+        if self._shared is None:
+            yield
+            return
+        policy, adapter = self._shared
+        previous = policy.active_adapter
+        layers = _lora_layers(policy)
+        # Switch the layers' active adapter without peft's set_adapter, which would also freeze the other.
+        for layer in layers:
+            layer._active_adapter = [adapter]
+        try:
+            yield
+        finally:
+            for layer in layers:
+                layer._active_adapter = [previous]
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
-        return self.value_head(out.hidden_states[-1])
+        with self._active():
+            out = self.decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        hidden = out.last_hidden_state
+        return self.value_head(hidden)
 
     def token_values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Values aligned with the predicted tokens: position t is V(state before token t+1) → [B, T−1]."""
         return self.forward(input_ids, attention_mask)[:, :-1]
+
+
+def _add_adapter(policy: Any, adapter: str) -> list[nn.Parameter]:
+    if not hasattr(policy, "peft_config") or not hasattr(policy, "add_adapter"):
+        raise TypeError("a critic can share only a LoRA (peft) policy's base: set ModelSpec.lora_rank > 0")
+    if adapter in policy.peft_config:
+        raise ValueError(f"the policy already has an adapter named {adapter!r}")
+    active = policy.active_adapter
+    policy.add_adapter(adapter, policy.peft_config[active])
+    policy.base_model.set_adapter(active)  # the policy's adapter stays active and trainable
+    weights = [p for name, p in policy.named_parameters() if f".{adapter}." in name]
+    for p in weights:
+        p.requires_grad_(True)
+    return weights
+
+
+def _lora_layers(model: nn.Module) -> list[Any]:
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    return [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
