@@ -13,7 +13,7 @@
 #   fidelity    the same kernel in 5 separate evaluations, then Nsight Compute on it (eval_timeline, ncu_agreement)
 #   train       one GRPO and one PPO step of a randomly initialised model (bench/train_step.py)
 # The default is "tests sweep". Variables: SWEEP_WORKERS (16), SWEEP_ARGS (extra arguments), TP_WORKERS (16),
-# TP_N (80 candidates), TRAIN_ARGS.
+# TP_N (80 candidates).
 set -uo pipefail
 OUT=${OUT:-/tmp/kc-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KERNELCOURT_CACHE_DIR=${KERNELCOURT_CACHE_DIR:-/tmp/kc-cache}
@@ -51,7 +51,11 @@ for s in ${STEPS:-tests sweep}; do
       [ -f "$OUT/fidelity.json" ] && step ncu "${NCU_S:-90}" python3 bench/ncu_agreement.py \
         --suite-json "$OUT/fidelity.json" --out "$OUT/ncu.json" ;;
     train)
-      step train "${TRAIN_S:-300}" python3 bench/train_step.py --device cuda ${TRAIN_ARGS:-} ;;
+      step train_0.5b "${TRAIN_S:-200}" python3 bench/train_step.py --device cuda --shape qwen2-0.5b --seq 4096 --batch 8
+      step train_1.5b_lora "${TRAIN_S:-200}" python3 bench/train_step.py --device cuda --shape qwen2-1.5b --seq 4096 \
+        --batch 8 --lora 64
+      step train_7b_lora "${TRAIN_S:-200}" python3 bench/train_step.py --device cuda --shape qwen2-7b --seq 16384 \
+        --batch 8 --lora 64 ;;
     *) echo "unknown step $s (tests sweep compile throughput fidelity train)"; exit 2 ;;
   esac
 done
