@@ -21,3 +21,7 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 JOB_BACKEND = os.environ.get("JOB_BACKEND", "inline")
 EVAL_BASELINES = ("eager",)
 EVAL_TRIALS = 2
+# No heartbeat thread beats inside a test unless the test asks (a beat from another connection would
+# wait on the row locks of a test that runs in one transaction).
+JOB_HEARTBEAT_S = float(os.environ.get("JOB_HEARTBEAT_S", "3000"))
+JOB_STALE_AFTER_S = float(os.environ.get("JOB_STALE_AFTER_S", "3600"))

@@ -182,7 +182,7 @@ def test_resume_after_a_crash_continues_from_the_last_checkpoint_without_duplica
         )
     first_attempt = {m.step: m.data for m in TrainingMetric.objects.filter(run=run)}
     alive = services.training_run_execute(run_id=run.pk)  # a duplicate delivery while it looks alive
-    settings.TRAINING_STALE_AFTER_S = 0  # now it is silent long enough to be claimed again
+    settings.JOB_STALE_AFTER_S = 0  # now it is silent long enough to be claimed again
 
     services.training_run_execute(run_id=run.pk)
 
