@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
+from tests.webapp.requires import redis_required
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,13 +39,10 @@ def celery_worker(*, queue: str, redis_url: str, settings, log_path: Path, extra
     """``celery -A webapp worker -Q QUEUE`` on the test database and ``redis_url``; the test process
     enqueues through the same broker (and, if asked, listens through the Redis channel layer).
     ``pool="prefork"`` runs jobs in a child process (the one a worker-death test kills)."""
-    redis = pytest.importorskip("redis")
+    import redis
     from django.db import connection
 
-    try:
-        redis.Redis.from_url(redis_url, socket_connect_timeout=2).ping()
-    except redis.exceptions.ConnectionError:
-        pytest.skip(f"no Redis at {redis_url}")
+    redis_required(redis_url)
     redis.Redis.from_url(redis_url).flushdb()
     db = connection.settings_dict
     env = {

@@ -22,14 +22,6 @@ pytestmark = [
 # A Redis database of its own, so teammates' workers on the default database never see these jobs.
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
 
-def _redis_or_skip() -> None:
-    import redis
-
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
-    except redis.exceptions.ConnectionError:
-        pytest.skip(f"no Redis at {REDIS_URL}")
-
 
 @pytest.fixture
 def celery_worker_process(settings, tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from review_sources import CACHING_HACK
 
-from webapp.review import selectors, services
+from webapp.review import services
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
