@@ -191,7 +191,7 @@ def job_cancel(kind: JobKind, job_id: int) -> Job:
     """Ask a job to stop: a queued row is cancelled at once; a running one stops at its next
     ``ctx.should_stop()`` (the job writes its own final state). A finished row is left as it is."""
     if not kind.model.CANCELLED_STATUS:
-        raise ValueError(f"a {kind.name} cannot be cancelled")
+        raise ValueError(f"{kind.name} jobs cannot be cancelled")
     with transaction.atomic():
         job = kind.model.objects.select_for_update().get(pk=job_id)
         if job.is_finished:
@@ -237,7 +237,7 @@ def job_claim(kind: JobKind, job_id: int, *, worker: str) -> Claim | None:
                 kind, job_id, error=_give_up_message(row["attempts"], reason), error_kind=ErrorKind.INFRASTRUCTURE
             )
             return None
-        limit = int(row["time_limit_s"] or kind.time_limit_s())
+        limit = int(kind.time_limit_s() if row["time_limit_s"] is None else row["time_limit_s"])
         model.objects.filter(pk=job_id).update(
             status=model.RUNNING,
             worker=worker,

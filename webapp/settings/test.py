@@ -11,7 +11,6 @@ DATABASES = {
         sqlite_path=VAR_DIR / "test.sqlite3",  # noqa: F405
     )
 }
-DATABASES["default"]["CONN_MAX_AGE"] = 0
 # one test database per pytest process: teammates run their suites on the same server
 DATABASES["default"]["TEST"] = {
     "NAME": os.environ.get("TEST_DATABASE_NAME", f"test_kernelcourt_{os.getpid()}")
