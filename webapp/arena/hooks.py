@@ -46,3 +46,8 @@ def evaluation_stored_register(hook: Callable[..., Any]) -> None:
 
 def evaluation_stored_hooks() -> list[Callable[..., Any]]:
     return list(_evaluation_stored)
+
+
+def evaluation_stored_unregister(hook: Callable[..., Any]) -> None:
+    if hook in _evaluation_stored:
+        _evaluation_stored.remove(hook)
