@@ -313,7 +313,7 @@ class _Heartbeat(threading.Thread):
                     if not beat:
                         ctx.lost.set()
                         return
-                except RETRYABLE:  # the next beat tries again; a long outage makes the row stale
+                except Exception:  # the next beat tries again; a long outage makes the row stale
                     logger.warning("heartbeat of %s %s failed", ctx.kind.name, ctx.job_id, exc_info=True)
         finally:
             connections.close_all()  # this thread's own connections only
