@@ -6,12 +6,15 @@ import os
 import signal
 import socket
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
 from tests.webapp.celery_broker import celery_worker, wait_finished
 from webapp.arena import services
+from webapp.arena.models import Evaluation
 from webapp.core.sweeper import jobs_sweep
 
 pytestmark = [
@@ -129,6 +132,33 @@ def test_a_worker_killed_whole_mid_evaluation_has_its_row_swept_back_and_a_secon
     assert evaluation.status == "passed", (evaluation.status, evaluation.error, log[-3000:])
     assert evaluation.attempts == 2
     assert evaluation.worker == f"{socket.gethostname()}:{second.pid}"
+
+
+def test_celery_beat_sends_the_sweeper_and_a_dead_workers_row_goes_back_to_the_queue(
+    settings, tmp_path, make_evaluation
+):
+    """The team setup's path: beat sends ``jobs_sweep_task`` every JOB_SWEEP_S to the ``default`` queue."""
+    evaluation = make_evaluation(status="queued", hardware=None)
+    dead = "gone-host.invalid:7"
+    Evaluation.objects.filter(pk=evaluation.pk).update(
+        status="running", worker=dead, attempts=1, heartbeat=timezone.now() - timedelta(minutes=5)
+    )
+    extra = {"JOB_SWEEP_S": "0.5", "JOB_STALE_AFTER_S": "3", "JOB_HEARTBEAT_S": "0.5"}
+    log_path = tmp_path / "default.log"
+    with celery_worker(queue="default", redis_url=REDIS_URL, settings=settings, log_path=log_path, extra_env=extra,
+                       beat=True) as worker:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and worker.poll() is None:
+            evaluation.refresh_from_db()
+            if evaluation.status != "running":
+                break
+            time.sleep(0.2)
+        log = log_path.read_text()
+        assert worker.poll() is None, log[-3000:]
+
+    assert (evaluation.status, evaluation.worker, evaluation.attempts) == ("queued", "", 1), log[-3000:]
+    assert evaluation.error.startswith(f"its worker {dead} stopped sending heartbeats")
+    assert "webapp.core.tasks.jobs_sweep_task" in log
 
 
 def test_celery_worker_runs_a_real_evaluation(celery_worker_process, make_silu_kernel):
