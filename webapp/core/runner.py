@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connections, transaction
 from django.db.models import F
@@ -323,12 +324,6 @@ class _Heartbeat(threading.Thread):
         self.join(timeout=5)
 
 
-def _is_time_limit(exc: BaseException) -> bool:
-    from celery.exceptions import SoftTimeLimitExceeded
-
-    return isinstance(exc, SoftTimeLimitExceeded)
-
-
 def _still_ours(kind: JobKind, job_id: int, worker: str) -> bool:
     return (
         kind.model.objects.select_for_update()
@@ -375,7 +370,7 @@ def job_run(
         _retry_best_effort(ctx, f"the database went away: {exc}")
         return None
     except Exception as exc:
-        if _is_time_limit(exc):
+        if isinstance(exc, SoftTimeLimitExceeded):  # Celery's soft limit, set from the same numbers
             error, error_kind = ctx.time_limit_error(), ErrorKind.INFRASTRUCTURE
         else:
             logger.exception("%s %s failed", kind.name, job_id)

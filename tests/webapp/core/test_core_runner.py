@@ -294,3 +294,20 @@ def test_an_error_raised_by_the_job_fails_it_with_the_kinds_error_kind(
 
 def test_heartbeat_threads_do_not_outlive_their_job():
     assert [t.name for t in threading.enumerate() if t.name.startswith("heartbeat-")] == []
+
+
+@pytest.mark.django_db
+def test_celerys_soft_time_limit_fails_the_row_with_the_time_limit(make_evaluation, settings):
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    settings.EVAL_SOFT_TIME_LIMIT_S = 1800
+    evaluation = make_evaluation(status="queued", hardware=None)
+
+    def execute(ctx: runner.JobContext) -> str:
+        raise SoftTimeLimitExceeded()
+
+    runner.job_run(EVALUATION_JOB, evaluation.pk, execute=execute, store=_mark_passed)
+
+    evaluation.refresh_from_db()
+    assert (evaluation.status, evaluation.error_kind) == ("error", "infrastructure")
+    assert evaluation.error == "the evaluation ran past its time limit of 1800 s"
