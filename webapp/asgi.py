@@ -15,6 +15,11 @@ if settings.SERVE_STATIC:
 
     django_asgi_app = ASGIStaticFilesHandler(django_asgi_app)
 
+if settings.JOB_BACKEND == "embedded":  # no Celery beat here: this process sweeps its own jobs' rows
+    from webapp.core.sweeper import sweeper_thread_start
+
+    sweeper_thread_start()
+
 from webapp.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
+from tests.webapp.requires import redis_required
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,17 +35,16 @@ def use_broker(app, url: str | None) -> None:
 
 @contextmanager
 def celery_worker(*, queue: str, redis_url: str, settings, log_path: Path, extra_env: dict | None = None,
-                  redis_channel_layer: bool = False, pool: str = "solo") -> Iterator[subprocess.Popen]:
+                  redis_channel_layer: bool = False, pool: str = "solo",
+                  beat: bool = False) -> Iterator[subprocess.Popen]:
     """``celery -A webapp worker -Q QUEUE`` on the test database and ``redis_url``; the test process
     enqueues through the same broker (and, if asked, listens through the Redis channel layer).
-    ``pool="prefork"`` runs jobs in a child process (the one a worker-death test kills)."""
-    redis = pytest.importorskip("redis")
+    ``pool="prefork"`` runs jobs in a child process (the one a worker-death test kills); ``beat=True``
+    also runs Celery beat inside the worker (``-B``: the periodic sweeper)."""
+    import redis
     from django.db import connection
 
-    try:
-        redis.Redis.from_url(redis_url, socket_connect_timeout=2).ping()
-    except redis.exceptions.ConnectionError:
-        pytest.skip(f"no Redis at {redis_url}")
+    redis_required(redis_url)
     redis.Redis.from_url(redis_url).flushdb()
     db = connection.settings_dict
     env = {
@@ -59,7 +58,8 @@ def celery_worker(*, queue: str, redis_url: str, settings, log_path: Path, extra
     log = log_path.open("w")
     worker = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", queue, "-P", pool, "-c", "1",
-         "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "info"],
+         "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "info",
+         *(["-B", "-s", str(log_path.with_suffix(".beat-schedule"))] if beat else [])],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     from channels.layers import channel_layers

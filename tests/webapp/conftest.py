@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.webapp.requires import service_missing
 from webapp.accounts.services import api_token_create
 from webapp.arena.models import Evaluation, Hardware, Kernel, Submitter, Task
 
@@ -276,8 +277,8 @@ CHROMIUM_ARGS = [
 def browser_page():
     """A Playwright page in Debian's headless Chromium (never a downloaded browser)."""
     if not chromium_available():
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api")
+        service_missing(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    from playwright import sync_api
     # Playwright's sync API runs an event loop in this thread; the ORM calls of the test are ours.
     previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"

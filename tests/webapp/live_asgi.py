@@ -22,7 +22,7 @@ def _free_port() -> int:
 
 
 @contextmanager
-def live_asgi_server(log_path: Path) -> Iterator[str]:
+def live_asgi_server(log_path: Path, *, settings_module: str = "webapp.settings.test") -> Iterator[str]:
     """Yields the server's base URL once it accepts connections."""
     from django.db import connection
 
@@ -30,7 +30,7 @@ def live_asgi_server(log_path: Path) -> Iterator[str]:
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "JOB_BACKEND")}
     env.update(
-        DJANGO_SETTINGS_MODULE="webapp.settings.test",
+        DJANGO_SETTINGS_MODULE=settings_module,
         DATABASE_URL=f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
         JOB_BACKEND="embedded",
         PYTHONPATH=str(ROOT),

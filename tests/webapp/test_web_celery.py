@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
 from tests.webapp.celery_broker import celery_worker, wait_finished
 from webapp.arena import services
+from webapp.arena.models import Evaluation
+from webapp.core.sweeper import jobs_sweep
 
 pytestmark = [
     pytest.mark.integration,
@@ -21,14 +26,6 @@ pytestmark = [
 
 # A Redis database of its own, so teammates' workers on the default database never see these jobs.
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
-
-def _redis_or_skip() -> None:
-    import redis
-
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
-    except redis.exceptions.ConnectionError:
-        pytest.skip(f"no Redis at {REDIS_URL}")
 
 
 @pytest.fixture
@@ -78,6 +75,90 @@ def test_a_worker_process_killed_mid_evaluation_loses_nothing(settings, tmp_path
     assert evaluation.status == "passed", (evaluation.status, evaluation.error, log[-3000:])
     assert evaluation.attempts == 2
     assert "WorkerLostError" in log or "exited prematurely" in log
+
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        for child in _children(todo.pop()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def test_a_worker_killed_whole_mid_evaluation_has_its_row_swept_back_and_a_second_worker_finishes_it(
+    settings, tmp_path, make_silu_kernel
+):
+    """SIGKILL the whole worker (its message stays unacknowledged on the broker for hours): the row's
+    heartbeat goes stale, the sweeper puts it back in the queue and another worker finishes it."""
+    settings.JOB_STALE_AFTER_S = 3  # the sweeper runs here, in the test process
+    extra = {"EVAL_BASELINES": "eager", "EVAL_TRIALS": "2", "JOB_HEARTBEAT_S": "0.5", "JOB_STALE_AFTER_S": "3"}
+    kernel = make_silu_kernel()
+    first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
+    with celery_worker(queue="gpu", redis_url=REDIS_URL, settings=settings, log_path=first_log, extra_env=extra) as first:
+        evaluation = services.evaluation_request(kernel_id=kernel.pk, track="open")
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and first.poll() is None:
+            evaluation.refresh_from_db()
+            if evaluation.status != "queued":
+                break
+            time.sleep(0.1)
+        status_at_kill, first_worker = evaluation.status, evaluation.worker
+        doomed = [first.pid, *_descendants(first.pid)]
+        for pid in doomed:  # the worker and the sandbox processes of its evaluation
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        first.wait()
+    assert status_at_kill == "running", (status_at_kill, first_log.read_text()[-3000:])
+    assert first_worker == f"{socket.gethostname()}:{first.pid}"
+
+    with celery_worker(queue="gpu", redis_url=REDIS_URL, settings=settings, log_path=second_log, extra_env=extra) as second:
+        swept = {}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not swept:
+            swept = jobs_sweep()  # in the team setup: the beat task, every JOB_SWEEP_S
+            time.sleep(0.2)
+        evaluation.refresh_from_db()
+        requeued = (evaluation.status, evaluation.worker, evaluation.error)
+        wait_finished(evaluation, 300, second)
+        log = second_log.read_text()
+        assert second.poll() is None, log[-3000:]
+
+    assert swept == {"evaluation": {"queued": 1}}
+    assert requeued[:2] == ("queued", "")
+    assert requeued[2].startswith(f"its worker {first_worker} stopped sending heartbeats")
+    assert evaluation.status == "passed", (evaluation.status, evaluation.error, log[-3000:])
+    assert evaluation.attempts == 2
+    assert evaluation.worker == f"{socket.gethostname()}:{second.pid}"
+
+
+def test_celery_beat_sends_the_sweeper_and_a_dead_workers_row_goes_back_to_the_queue(
+    settings, tmp_path, make_evaluation
+):
+    """The team setup's path: beat sends ``jobs_sweep_task`` every JOB_SWEEP_S to the ``default`` queue."""
+    evaluation = make_evaluation(status="queued", hardware=None)
+    dead = "gone-host.invalid:7"
+    Evaluation.objects.filter(pk=evaluation.pk).update(
+        status="running", worker=dead, attempts=1, heartbeat=timezone.now() - timedelta(minutes=5)
+    )
+    extra = {"JOB_SWEEP_S": "0.5", "JOB_STALE_AFTER_S": "3", "JOB_HEARTBEAT_S": "0.5"}
+    log_path = tmp_path / "default.log"
+    with celery_worker(queue="default", redis_url=REDIS_URL, settings=settings, log_path=log_path, extra_env=extra,
+                       beat=True) as worker:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and worker.poll() is None:
+            evaluation.refresh_from_db()
+            if evaluation.status != "running":
+                break
+            time.sleep(0.2)
+        log = log_path.read_text()
+        assert worker.poll() is None, log[-3000:]
+
+    assert (evaluation.status, evaluation.worker, evaluation.attempts) == ("queued", "", 1), log[-3000:]
+    assert evaluation.error.startswith(f"its worker {dead} stopped sending heartbeats")
+    assert "webapp.core.tasks.jobs_sweep_task" in log
 
 
 def test_celery_worker_runs_a_real_evaluation(celery_worker_process, make_silu_kernel):

@@ -178,3 +178,97 @@ def test_cuda_evaluations_spread_over_the_workers_gpus_and_cpu_ones_take_none(se
     assert services.evaluation_gpu(evaluation_id=5, device="cpu") is None
     settings.EVAL_GPUS = 1
     assert {services.evaluation_gpu(evaluation_id=i, device="cuda") for i in range(1, 5)} == {0}
+
+
+# --- a verdict the infrastructure caused is never reused --------------------------------------------
+
+
+def _resubmit(evaluation: Evaluation) -> Evaluation:
+    kernel = evaluation.kernel
+    again_kernel, again = services.kernel_submit(
+        task=kernel.task, submitter_name=kernel.submitter.name, source=kernel.source, track=evaluation.track
+    )
+    assert again_kernel.pk == kernel.pk  # the same source: the same kernel row
+    return again
+
+
+@pytest.mark.parametrize("status", ["timeout", "error"])
+def test_resubmitting_a_source_whose_verdict_the_machine_may_have_caused_evaluates_it_again(
+    status, make_evaluation, django_capture_on_commit_callbacks
+):
+    stale = make_evaluation(status=status, hardware=None)
+
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        again = _resubmit(stale)
+
+    assert again.pk != stale.pk
+    assert again.status == "queued"
+    assert len(callbacks) == 1
+
+
+def test_an_out_of_memory_verdict_is_an_infrastructure_error_and_is_evaluated_again(
+    make_evaluation, django_capture_on_commit_callbacks
+):
+    evaluation = make_evaluation(status="running", hardware=None)
+    result = _result(
+        status="runtime_error",
+        correct=False,
+        findings=[],
+        message="the candidate raised: CUDA error: out of memory",
+    )
+
+    stored = services.evaluation_store_result(evaluation_id=evaluation.pk, result=result)
+    with django_capture_on_commit_callbacks(execute=False):
+        again = _resubmit(stored)
+
+    assert (stored.status, stored.error_kind) == ("runtime_error", "infrastructure")
+    assert again.pk != stored.pk
+
+
+def test_a_verdict_of_the_kernel_itself_is_reused(make_evaluation, django_capture_on_commit_callbacks):
+    verdict = make_evaluation(status="incorrect", hardware=None)
+
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        again = _resubmit(verdict)
+
+    assert again.pk == verdict.pk
+    assert callbacks == []
+
+
+# --- the result and its review flags: one transaction -----------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_crash_between_the_result_and_its_flags_stores_neither_and_the_redelivered_job_stores_both(
+    make_silu_kernel, settings, django_capture_on_commit_callbacks
+):
+    from webapp.arena import hooks
+    from webapp.review.models import Flag
+    from webapp.review.services import flags_from_evaluation
+
+    settings.REVIEW_EXTREME_SPEEDUP = 0.0  # every passed kernel gets an extreme-speedup flag
+    kernel = make_silu_kernel()
+    with django_capture_on_commit_callbacks(execute=False):
+        evaluation = services.evaluation_request(kernel_id=kernel.pk, track="open")
+
+    def crash(*, evaluation_id: int) -> None:
+        raise RuntimeError("the worker died after storing the result")
+
+    # the crash runs after the result is written and before the flags are
+    hooks.evaluation_stored_unregister(flags_from_evaluation)
+    hooks.evaluation_stored_register(crash)
+    hooks.evaluation_stored_register(flags_from_evaluation)
+    try:
+        first = services.evaluation_run(evaluation_id=evaluation.pk)
+    finally:
+        hooks.evaluation_stored_unregister(crash)
+    evaluation.refresh_from_db()
+    after_crash = (first, evaluation.status, evaluation.attempts, Flag.objects.filter(kernel=kernel).count())
+
+    stored = services.evaluation_run(evaluation_id=evaluation.pk)  # the job, delivered again
+
+    assert after_crash == (None, "queued", 1, 0)
+    assert "the worker died after storing the result" in evaluation.error
+    assert (stored.status, stored.attempts, stored.error) == ("passed", 2, "")
+    flags = list(Flag.objects.filter(kernel=kernel).values_list("evaluation_id", "source"))
+    assert flags == [(evaluation.pk, "extreme_speedup")]

@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import ray
 
 from tests.webapp.celery_broker import celery_worker, wait_finished
+from tests.webapp.requires import service_missing
 from webapp.arena import services
-
-ray = pytest.importorskip("ray")
 
 pytestmark = [
     pytest.mark.integration,
@@ -39,7 +39,7 @@ def _free_port() -> int:
 def ray_cluster(tmp_path):
     ray_cli = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
     if ray_cli is None:
-        pytest.skip("no ray command")
+        service_missing("no ray command")
     address = f"127.0.0.1:{_free_port()}"
     # a loopback test cluster: no token (the Ray we test with, 2.60, asks clients for one by default)
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}

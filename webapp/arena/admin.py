@@ -52,5 +52,16 @@ class EvaluationAdmin(admin.ModelAdmin):
     list_filter = ("status", "track", "needs_review", "hardware")
     list_select_related = ("kernel__task", "kernel__submitter", "hardware")
     raw_id_fields = ("kernel",)
-    readonly_fields = ("created", "started", "finished", "attempts", "result")
+    # the job runner's fields: written by the job that runs the row, never by hand
+    readonly_fields = (
+        "created",
+        "started",
+        "heartbeat",
+        "finished",
+        "worker",
+        "attempts",
+        "time_limit_s",
+        "error_kind",
+        "result",
+    )
     search_fields = ("kernel__task__name", "kernel__submitter__name")

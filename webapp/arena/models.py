@@ -1,12 +1,14 @@
 """Tasks, submitters, kernels, evaluations and the hardware they ran on.
 
 An Evaluation row is the truth about one run of the evaluator: its status, timestamps and error are
-written by the job that runs it (webapp.arena.services.evaluation_run).
+written by the job that runs it (webapp.arena.services.evaluation_run, on webapp.core.runner).
 """
 
 from __future__ import annotations
 
 from django.db import models
+
+from webapp.core.models import Job
 
 
 class Task(models.Model):
@@ -92,7 +94,7 @@ class Hardware(models.Model):
         return self.key
 
 
-class Evaluation(models.Model):
+class Evaluation(Job):
     class Status(models.TextChoices):
         QUEUED = "queued"
         RUNNING = "running"
@@ -104,6 +106,9 @@ class Evaluation(models.Model):
         REJECTED = "rejected"
         # the evaluator itself failed (not the kernel's fault): not counted on the leaderboard
         ERROR = "error"
+
+    FAILED_STATUS = Status.ERROR
+    CANCELLED_STATUS = None  # an evaluation runs to its verdict (its own time limits bound it)
 
     class Track(models.TextChoices):
         STRICT = "strict"
@@ -129,12 +134,7 @@ class Evaluation(models.Model):
     rule_set_version = models.CharField(max_length=64, blank=True)
     message = models.TextField(blank=True)
     logs = models.TextField(blank=True)
-    error = models.TextField(blank=True)
     result = models.JSONField(default=dict, blank=True)  # the full EvalResult.to_dict()
-    attempts = models.PositiveIntegerField(default=0)
-    created = models.DateTimeField(auto_now_add=True)
-    started = models.DateTimeField(null=True, blank=True)
-    finished = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created", "-id"]
@@ -142,7 +142,3 @@ class Evaluation(models.Model):
 
     def __str__(self) -> str:
         return f"evaluation {self.pk} ({self.status})"
-
-    @property
-    def is_finished(self) -> bool:
-        return self.status not in (self.Status.QUEUED, self.Status.RUNNING)

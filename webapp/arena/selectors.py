@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from django.apps import apps
 from django.db.models import Count, Prefetch, Q, QuerySet
 
-from . import metrics
+from . import hooks, metrics
 from .models import Evaluation, Hardware, Kernel, Submitter, Task
 
 VERDICTS = (
@@ -27,12 +27,9 @@ def review_enabled() -> bool:
 
 
 def _hidden_kernels(track: str | None = None) -> QuerySet | None:
-    """Kernels reviewers confirmed as hacks (a subquery, no query of its own); None without the review app."""
-    if not review_enabled():
-        return None
-    from webapp.review.selectors import hidden_kernel_ids
-
-    return hidden_kernel_ids(track=track)
+    """Kernels reviewers confirmed as hacks (a subquery, no query of its own); None when no app
+    registered which kernels to hide (webapp.arena.hooks)."""
+    return hooks.hidden_kernels(track)
 
 
 # --- lists and details ---------------------------------------------------------------------------

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import logging
-import traceback
+import re
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Q
 from django.utils import timezone
 
 from gpu_workers.schema import source_hash  # the evaluator's own content hash (sha256 of UTF-8)
-from webapp.core.jobs import job_enqueue
+from webapp.core.models import ErrorKind
+from webapp.core.runner import JobContext, JobKind, job_claim, job_enqueue_kind, job_run, worker_id
 
+from . import hooks
 from .doorbell import evaluation_ring
 from .models import Evaluation, Hardware, Kernel, Submitter, Task
 from .validation import kernel_source_errors, task_source_errors
@@ -90,13 +92,26 @@ def kernel_create(
     )
 
 
+# Verdicts that say something about the machine as much as about the source (a build that waited on a
+# dead worker's lock, a loaded machine, the evaluator's own failure): never reused for a resubmission
+# of the same source, which is evaluated again instead.
+MACHINE_DEPENDENT_STATUSES = (Evaluation.Status.ERROR, Evaluation.Status.TIMEOUT)
+_OUT_OF_MEMORY = re.compile(r"out of memory|CUDA error: out of memory|OutOfMemoryError", re.IGNORECASE)
+
+
+def evaluation_reusable() -> Q:
+    """The evaluations a request for the same kernel, track and device may return instead of a new one."""
+    return ~Q(status__in=MACHINE_DEPENDENT_STATUSES) & ~Q(error_kind=ErrorKind.INFRASTRUCTURE)
+
+
 def evaluation_request(
     *, kernel_id: int, track: str = "strict", device: str | None = None, force: bool = False
 ) -> Evaluation:
     """Queue an evaluation of a kernel on a track; the job starts after this transaction commits.
 
     Idempotent: an evaluation of the same kernel, track and device that is queued, running or has
-    a verdict is returned instead of a new one, unless ``force`` (e.g. new hardware, new rules).
+    a verdict of the kernel's own is returned instead of a new one, unless ``force`` (e.g. new
+    hardware, new rules). A verdict the infrastructure caused (``evaluation_reusable``) is not reused.
     """
     if track not in Evaluation.Track.values:
         raise InvalidInput(f"track must be one of {', '.join(Evaluation.Track.values)}")
@@ -106,16 +121,14 @@ def evaluation_request(
         if not force:
             existing = (
                 Evaluation.objects.filter(kernel=kernel, track=track, device=device)
-                .exclude(status=Evaluation.Status.ERROR)
+                .filter(evaluation_reusable())
                 .order_by("-id")
                 .first()
             )
             if existing is not None:
                 return existing
         evaluation = Evaluation.objects.create(kernel=kernel, track=track, device=device)
-        from .tasks import evaluation_run_task
-
-        job_enqueue(evaluation_run_task, evaluation.pk)
+        job_enqueue_kind(EVALUATION_JOB, evaluation.pk)
     return evaluation
 
 
@@ -154,8 +167,16 @@ def hardware_get_or_create(*, info: dict[str, Any]) -> Hardware | None:
     return hardware
 
 
+def _error_kind_of(data: dict[str, Any]) -> str:
+    """A verdict the infrastructure caused: the accelerator ran out of memory under the kernel (the
+    sandbox's own memory limit on the candidate is the kernel's doing, and says so differently)."""
+    text = "\n".join(str(data.get(k) or "") for k in ("message", "run_log"))[-20_000:]
+    return ErrorKind.INFRASTRUCTURE if _OUT_OF_MEMORY.search(text) else ErrorKind.NONE
+
+
 def evaluation_store_result(*, evaluation_id: int, result: Any) -> Evaluation:
-    """Write an EvalResult onto its row (the row is the truth users see)."""
+    """Write an EvalResult onto its row (the row is the truth users see), and run the registered
+    ``hooks.evaluation_stored`` (the review flags) in the same transaction: both or neither."""
     data = result.to_dict()
     hardware = hardware_get_or_create(info=data.get("hardware") or {})
     speedup = data.get("speedup") or {}
@@ -179,29 +200,19 @@ def evaluation_store_result(*, evaluation_id: int, result: Any) -> Evaluation:
         evaluation.message = data.get("message") or ""
         evaluation.logs = logs[-200_000:]
         evaluation.error = ""
+        evaluation.error_kind = _error_kind_of(data)
         evaluation.result = data
         evaluation.finished = timezone.now()
         evaluation.save()
+        for hook in hooks.evaluation_stored_hooks():
+            hook(evaluation_id=evaluation_id)
         evaluation_ring(evaluation_id=evaluation_id)
     return evaluation
 
 
-def evaluation_mark_error(*, evaluation_id: int, error: str) -> None:
-    """The evaluator (not the kernel) failed: keep the reason on the row."""
-    Evaluation.objects.filter(pk=evaluation_id).update(
-        status=Evaluation.Status.ERROR, error=error[-20_000:], finished=timezone.now()
-    )
-    evaluation_ring(evaluation_id=evaluation_id)
-
-
 def evaluation_claim(*, evaluation_id: int) -> bool:
-    """queued/running -> running (a redelivered job re-runs a 'running' row). False if already done."""
-    claimed = Evaluation.objects.filter(
-        pk=evaluation_id, status__in=[Evaluation.Status.QUEUED, Evaluation.Status.RUNNING]
-    ).update(status=Evaluation.Status.RUNNING, started=timezone.now(), attempts=F("attempts") + 1)
-    if claimed:
-        evaluation_ring(evaluation_id=evaluation_id)
-    return claimed == 1
+    """Claim the row for this process (see webapp.core.runner.job_claim). False if there is nothing to run."""
+    return job_claim(EVALUATION_JOB, evaluation_id, worker=worker_id()) is not None
 
 
 def evaluation_gpu(*, evaluation_id: int, device: str) -> int | None:
@@ -212,55 +223,46 @@ def evaluation_gpu(*, evaluation_id: int, device: str) -> int | None:
     return evaluation_id % settings.EVAL_GPUS
 
 
+def _evaluation_execute(ctx: JobContext) -> Any:
+    from gpu_workers import EvalRequest, evaluate
+
+    evaluation = Evaluation.objects.select_related("kernel__task").get(pk=ctx.job_id)
+    request = EvalRequest(
+        rule_set=hooks.rule_set_for(evaluation.track),  # reviewers' published rules apply at once
+        task_source=evaluation.kernel.task.source,
+        kernel_source=evaluation.kernel.source,
+        device=evaluation.device,
+        track=evaluation.track,
+        task_name=evaluation.kernel.task.name,
+        baselines=tuple(settings.EVAL_BASELINES),
+        trials=settings.EVAL_TRIALS,
+        gpu_index=evaluation_gpu(evaluation_id=ctx.job_id, device=evaluation.device),
+    )
+    if settings.EVAL_POOL == "ray":
+        from gpu_workers.workers.pool import shared_ray_pool
+
+        return shared_ray_pool().evaluate(request)  # one actor per GPU, fed by every gpu-queue process
+    return evaluate(request)
+
+
+def _evaluation_store(ctx: JobContext, result: Any) -> Evaluation:
+    return evaluation_store_result(evaluation_id=ctx.job_id, result=result)
+
+
 def evaluation_run(*, evaluation_id: int) -> Evaluation | None:
-    """The job: claim the row, call gpu_workers.evaluate, store the verdict. Idempotent.
+    """The job: claim the row, call gpu_workers.evaluate, store the verdict and its flags. Idempotent.
 
     A kernel's verdict (compile error, wrong result, hack) is a normal result, never an exception.
-    Only failures of the evaluator itself end as status ``error``.
+    Only failures of the evaluator itself end as status ``error`` (an infrastructure error).
     """
-    if not evaluation_claim(evaluation_id=evaluation_id):
-        return None
-    evaluation = Evaluation.objects.select_related("kernel__task").get(pk=evaluation_id)
-    try:
-        from gpu_workers import EvalRequest, evaluate
-        from webapp.review.selectors import active_rule_set
-
-        request = EvalRequest(
-            rule_set=active_rule_set(evaluation.track),  # reviewers' published rules apply at once
-            task_source=evaluation.kernel.task.source,
-            kernel_source=evaluation.kernel.source,
-            device=evaluation.device,
-            track=evaluation.track,
-            task_name=evaluation.kernel.task.name,
-            baselines=tuple(settings.EVAL_BASELINES),
-            trials=settings.EVAL_TRIALS,
-            gpu_index=evaluation_gpu(evaluation_id=evaluation_id, device=evaluation.device),
-        )
-        if settings.EVAL_POOL == "ray":
-            from gpu_workers.workers.pool import shared_ray_pool
-
-            result = shared_ray_pool().evaluate(request)  # one actor per GPU, fed by every gpu-queue process
-        else:
-            result = evaluate(request)
-    except Exception as exc:
-        if _is_time_limit(exc):
-            evaluation_mark_error(
-                evaluation_id=evaluation_id, error="the evaluation ran past the worker's time limit"
-            )
-            raise
-        logger.exception("evaluator failed on evaluation %s", evaluation_id)
-        evaluation_mark_error(evaluation_id=evaluation_id, error=traceback.format_exc())
-        return Evaluation.objects.get(pk=evaluation_id)
-    stored = evaluation_store_result(evaluation_id=evaluation_id, result=result)
-    from webapp.review.services import flags_from_evaluation
-
-    flags_from_evaluation(evaluation_id=evaluation_id)  # review findings, extreme speedups → the queue
-    return stored
+    return job_run(EVALUATION_JOB, evaluation_id, execute=_evaluation_execute, store=_evaluation_store)
 
 
-def _is_time_limit(exc: BaseException) -> bool:
-    try:
-        from celery.exceptions import SoftTimeLimitExceeded
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(exc, SoftTimeLimitExceeded)
+EVALUATION_JOB = JobKind(
+    name="evaluation",
+    model=Evaluation,
+    task="webapp.arena.tasks.evaluation_run_task",
+    ring=lambda evaluation_id: evaluation_ring(evaluation_id=evaluation_id),
+    time_limit_s=lambda: settings.EVAL_SOFT_TIME_LIMIT_S,
+    execute_error_kind=ErrorKind.INFRASTRUCTURE,  # the evaluator's own error, never the kernel's verdict
+)

@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
@@ -604,3 +605,89 @@ def llm_judge_kernel(*, kernel_id: int, client: Any = None) -> judge.JudgeVerdic
                 )
                 verdict.flag_id = flag.pk
     return verdict
+
+
+# --- regression: every confirmed hack must be rejected by the current checker --------------------
+
+
+@dataclass
+class RegressionCase:
+    case_id: int
+    kernel_id: int
+    track: str
+    family: str
+    rejected: bool
+    by: list[str]  # the rules (or "evaluation") that reject it
+
+
+@dataclass
+class RegressionReport:
+    versions: dict[str, str]
+    cases: list[RegressionCase]
+
+    @property
+    def not_rejected(self) -> list[int]:
+        """Kernel ids of confirmed hacks the checker still lets through (each is a checker bug)."""
+        return [c.kernel_id for c in self.cases if not c.rejected]
+
+
+def regression_run(*, rule_sets: dict[str, dict] | None = None, full: bool = False) -> RegressionReport:
+    """Run a checker over every confirmed hack (a service, not a read: with ``full`` it runs the evaluator): ``rule_sets`` by track (default: the active ones).
+
+    Statically always (``static_scan``); with ``full`` also a real ``gpu_workers.evaluate`` under the
+    rule set (slow: compiles and runs each kernel). A stored evaluation under the same rule-set
+    version that was rejected also counts.
+    """
+    from gpu_workers.rules import static_scan
+
+    chosen = dict(rule_sets or {})
+    for track in ("strict", "open"):
+        chosen.setdefault(track, selectors.active_rule_set(track))
+    cases = list(
+        ReviewCase.objects.filter(status=ReviewCase.Status.HACK).select_related("kernel__task").order_by("id")
+    )
+    tracks = dict(
+        Evaluation.objects.filter(kernel_id__in=[c.kernel_id for c in cases])
+        .order_by("kernel_id", "id")
+        .values_list("kernel_id", "track")
+    )
+    rejected_evals = set(
+        Evaluation.objects.filter(
+            kernel_id__in=[c.kernel_id for c in cases], status=Evaluation.Status.REJECTED
+        ).values_list("kernel_id", "track", "rule_set_version")
+    )
+    out = []
+    for case in cases:
+        track = tracks.get(case.kernel_id, "strict")
+        rule_set = chosen[track]
+        by = sorted({f.rule for f in static_scan(case.kernel.source, rule_set) if f.severity == "reject"})
+        if (case.kernel_id, track, rule_set["version"]) in rejected_evals:
+            by.append("evaluation")
+        if full and not by:
+            from gpu_workers import EvalRequest, evaluate
+
+            result = evaluate(
+                EvalRequest(
+                    task_source=case.kernel.task.source,
+                    kernel_source=case.kernel.source,
+                    device=settings.EVAL_DEVICE,
+                    track=track,
+                    task_name=case.kernel.task.name,
+                    rule_set=rule_set,
+                    baselines=("eager",),
+                    trials=settings.EVAL_TRIALS,
+                )
+            )
+            if result.status == "rejected":
+                by.extend(sorted({f.rule for f in result.rejects}) or ["evaluate"])
+        out.append(
+            RegressionCase(
+                case_id=case.pk,
+                kernel_id=case.kernel_id,
+                track=track,
+                family=case.family or "other",
+                rejected=bool(by),
+                by=by,
+            )
+        )
+    return RegressionReport(versions={t: rs["version"] for t, rs in chosen.items()}, cases=out)

@@ -218,7 +218,7 @@ def checker(request: HttpRequest) -> HttpResponse:
         {
             "track": track,
             "metrics": selectors.checker_metrics(track=track),
-            "regression": selectors.regression_run(),
+            "regression": services.regression_run(),
             "summary": selectors.agreement_summary(),
         },
     )

@@ -21,12 +21,6 @@ def llm_max_retries() -> int:
     return int(_setting("ROLLOUT_LLM_MAX_RETRIES", "4"))
 
 
-def stale_after_s() -> float:
-    """A 'running' rollout whose job stored no event for this long may be claimed again (the worker
-    that ran it died); a new attempt continues the event numbering after the last stored seq."""
-    return float(_setting("ROLLOUT_STALE_AFTER_S", "3600"))
-
-
 def soft_time_limit_s() -> int:
     return int(_setting("ROLLOUT_SOFT_TIME_LIMIT_S", str(24 * 3600)))
 

@@ -10,6 +10,7 @@ from django.conf import settings as django_settings
 from django.db import models
 
 from webapp.arena.models import Evaluation, Kernel, Submitter, Task
+from webapp.core.models import Job
 
 
 class RolloutBatch(models.Model):
@@ -34,7 +35,7 @@ class RolloutBatch(models.Model):
         return f"batch {self.pk} ({self.suite})"
 
 
-class Rollout(models.Model):
+class Rollout(Job):
     class Status(models.TextChoices):
         QUEUED = "queued"
         RUNNING = "running"
@@ -70,26 +71,15 @@ class Rollout(models.Model):
         Evaluation, on_delete=models.SET_NULL, null=True, blank=True, related_name="rollouts"
     )
     summary = models.JSONField(default=dict, blank=True)  # RolloutSummary.to_dict() without the kernel
-    error = models.TextField(blank=True)
-    cancel_requested = models.BooleanField(default=False)
-    attempts = models.PositiveIntegerField(default=0)
     created_by = models.ForeignKey(
         django_settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
-    created = models.DateTimeField(auto_now_add=True)
-    started = models.DateTimeField(null=True, blank=True)
-    heartbeat = models.DateTimeField(null=True, blank=True)  # last event stored by the running job
-    finished = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created", "-id"]
 
     def __str__(self) -> str:
         return f"rollout {self.pk} ({self.status})"
-
-    @property
-    def is_finished(self) -> bool:
-        return self.status in self.FINISHED
 
     @property
     def total_tokens(self) -> int:

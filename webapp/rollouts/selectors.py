@@ -55,10 +55,6 @@ def rollout_last_seq(*, rollout_id: int) -> int:
     return -1 if value is None else int(value)
 
 
-def rollout_cancel_requested(*, rollout_id: int) -> bool:
-    return Rollout.objects.filter(pk=rollout_id, cancel_requested=True).exists()
-
-
 def rollout_state(*, rollout_id: int) -> dict[str, Any] | None:
     row = (
         Rollout.objects.filter(pk=rollout_id)

@@ -7,14 +7,12 @@ are stored one by one (each in its own transaction) and only then is the channel
 from __future__ import annotations
 
 import logging
-import traceback
-from datetime import timedelta
 from typing import Any
 from urllib.parse import urlparse
 
 from django.conf import settings as django_settings
-from django.db import InterfaceError, OperationalError, transaction
-from django.db.models import F, Q
+from django.db import transaction
+from django.db.models import F
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
@@ -26,6 +24,8 @@ from webapp.arena.services import (
     submitter_get_or_create,
 )
 from webapp.core.jobs import job_enqueue
+from webapp.core.models import ErrorKind
+from webapp.core.runner import JobContext, JobKind, job_cancel, job_claim, job_run, worker_id
 
 from . import conf, selectors
 from .doorbell import rollout_ring
@@ -43,7 +43,7 @@ __all__ = [
     "rollout_finish",
     "rollout_launch",
     "rollout_launch_suite",
-    "rollout_mark_failed",
+    "rollout_error_event",
     "rollout_run",
 ]
 
@@ -257,42 +257,16 @@ def rollout_launch_suite(
 def rollout_cancel(*, rollout_id: int) -> Rollout:
     """Ask a rollout to stop. A queued one is cancelled at once; a running one stops before its next
     turn or evaluation (the job writes the final state). A finished one is left as it is."""
-    with transaction.atomic():
-        rollout = Rollout.objects.select_for_update().get(pk=rollout_id)
-        if rollout.is_finished:
-            return rollout
-        rollout.cancel_requested = True
-        fields = ["cancel_requested"]
-        if rollout.status == Rollout.Status.QUEUED:
-            rollout.status = Rollout.Status.CANCELLED
-            rollout.stop_reason = "cancelled"
-            rollout.finished = timezone.now()
-            fields += ["status", "stop_reason", "finished"]
-        rollout.save(update_fields=fields)
-        rollout_ring(rollout_id=rollout_id)
-    return rollout
+    return job_cancel(ROLLOUT_JOB, rollout_id)
 
 
 # --- the job ---------------------------------------------------------------------------------------
 
 
 def rollout_claim(*, rollout_id: int) -> bool:
-    """queued -> running; also a 'running' row whose worker went silent (died) for conf.stale_after_s.
-    False when there is nothing to run (finished, cancelled, or alive elsewhere)."""
-    now = timezone.now()
-    stale = now - timedelta(seconds=conf.stale_after_s())
-    claimed = (
-        Rollout.objects.filter(pk=rollout_id, cancel_requested=False)
-        .filter(
-            Q(status=Rollout.Status.QUEUED)
-            | Q(status=Rollout.Status.RUNNING, heartbeat__lt=stale)
-            | Q(status=Rollout.Status.RUNNING, heartbeat__isnull=True)
-        )
-        .update(status=Rollout.Status.RUNNING, started=now, heartbeat=now, attempts=F("attempts") + 1)
-    )
-    if claimed:
-        rollout_ring(rollout_id=rollout_id)
-    return claimed == 1
+    """Claim the row for this process (webapp.core.runner.job_claim): a queued row, or a running one
+    whose worker is dead. False when there is nothing to run (finished, cancelled, or alive elsewhere)."""
+    return job_claim(ROLLOUT_JOB, rollout_id, worker=worker_id()) is not None
 
 
 def rollout_event_store(*, rollout_id: int, event: Any) -> RolloutEvent:
@@ -340,33 +314,17 @@ class RolloutEventSink:
         rollout_event_store(rollout_id=self.rollout_id, event=event)
 
 
-def rollout_mark_failed(*, rollout_id: int, error: str) -> None:
-    """The worker or the endpoint failed: an ``error`` event for the stream, then the row."""
+def rollout_error_event(*, rollout_id: int, error: str) -> None:
+    """The worker or the endpoint failed: an ``error`` event for the stream (the runner then fails the row)."""
     from agent import TrajectoryEvent
 
-    error = error[-20_000:]
     last = selectors.rollout_last_seq(rollout_id=rollout_id)
     rollout_event_store(
         rollout_id=rollout_id,
         event=TrajectoryEvent(
-            rollout_id=str(rollout_id), seq=last + 1, kind="error", role="system", content=error
+            rollout_id=str(rollout_id), seq=last + 1, kind="error", role="system", content=error[-20_000:]
         ),
     )
-    with transaction.atomic():
-        Rollout.objects.filter(pk=rollout_id, status=Rollout.Status.RUNNING).update(
-            status=Rollout.Status.FAILED, error=error, finished=timezone.now()
-        )
-        rollout_ring(rollout_id=rollout_id)
-
-
-def _requeue(rollout_id: int) -> None:
-    """Best effort before an infrastructure retry: let the retried job claim the row again."""
-    try:
-        Rollout.objects.filter(pk=rollout_id, status=Rollout.Status.RUNNING).update(
-            status=Rollout.Status.QUEUED
-        )
-    except Exception:
-        logger.warning("could not requeue rollout %s", rollout_id, exc_info=True)
 
 
 def _best_kernel_store(*, rollout: Rollout, summary: Any) -> tuple[Kernel | None, Evaluation | None, str]:
@@ -393,21 +351,23 @@ def _best_kernel_store(*, rollout: Rollout, summary: Any) -> tuple[Kernel | None
         started=timezone.now(),
         attempts=1,
     )
+    # its review flags are stored with it (the hooks of evaluation_store_result)
     evaluation = evaluation_store_result(
         evaluation_id=evaluation.pk, result=EvalResult.from_dict(summary.best_evaluation)
     )
-    from webapp.review.services import flags_from_evaluation
-
-    flags_from_evaluation(evaluation_id=evaluation.pk)
     return kernel, evaluation, ""
 
 
-def rollout_finish(*, rollout_id: int, summary: Any) -> Rollout:
-    """Write a RolloutSummary onto its row; a passing best kernel goes to the leaderboard. Once only."""
-    if summary.stop_reason == "cancelled":
+def rollout_finish(*, rollout_id: int, summary: Any, time_limit_error: str = "") -> Rollout:
+    """Write a RolloutSummary onto its row; a passing best kernel goes to the leaderboard. Once only.
+    ``time_limit_error``: the loop stopped because the attempt ran out of time (the row fails)."""
+    error_kind = ErrorKind.NONE
+    if time_limit_error:
+        status, error_kind = Rollout.Status.FAILED, ErrorKind.INFRASTRUCTURE
+    elif summary.stop_reason == "cancelled":
         status = Rollout.Status.CANCELLED
     elif summary.stop_reason == "llm_error":
-        status = Rollout.Status.FAILED
+        status, error_kind = Rollout.Status.FAILED, ErrorKind.JOB
     else:
         status = Rollout.Status.SUCCEEDED
     with transaction.atomic():
@@ -431,62 +391,70 @@ def rollout_finish(*, rollout_id: int, summary: Any) -> Rollout:
         rollout.passed = bool(summary.passed)
         rollout.best_speedup = summary.best_speedup
         rollout.best_reward = summary.best_reward
-        rollout.error = "\n".join(part for part in (summary.error, note) if part)
+        rollout.error = "\n".join(part for part in (time_limit_error, summary.error, note) if part)
+        rollout.error_kind = error_kind
         rollout.finished = timezone.now()
         rollout.save()
         rollout_ring(rollout_id=rollout_id)
     return rollout
 
 
+def _rollout_execute(ctx: JobContext, api_key: str | None) -> Any:
+    from agent import OpenAIChatClient, RolloutConfig, run_rollout
+
+    rollout = Rollout.objects.select_related("task").get(pk=ctx.job_id)
+    start_seq = selectors.rollout_last_seq(rollout_id=ctx.job_id) + 1  # a re-claimed row continues
+    config = RolloutConfig.from_dict(rollout.config)
+    client = OpenAIChatClient(
+        rollout.base_url,
+        rollout.model,
+        api_key=api_key or getattr(django_settings, "KERNELCOURT_LLM_API_KEY", None) or None,
+        timeout_s=conf.llm_timeout_s(),
+        max_retries=conf.llm_max_retries(),
+    )
+    try:
+        return run_rollout(
+            rollout.task.source,
+            client,
+            config=config,
+            sink=RolloutEventSink(ctx.job_id),
+            cancel=ctx.should_stop,  # a cancel, the time limit, or the row taken from this worker
+            rollout_id=str(ctx.job_id),
+            start_seq=start_seq,
+        )
+    finally:
+        client.close()
+
+
+def _rollout_store(ctx: JobContext, summary: Any) -> Rollout:
+    stopped_by_time = summary.stop_reason == "cancelled" and ctx.past_time_limit() and not ctx.cancel_requested()
+    return rollout_finish(
+        rollout_id=ctx.job_id, summary=summary, time_limit_error=ctx.time_limit_error() if stopped_by_time else ""
+    )
+
+
 def rollout_run(*, rollout_id: int, api_key: str | None = None) -> Rollout | None:
     """The job: claim the row, run agent.run_rollout with the database sink, store the outcome.
 
-    Idempotent (a second delivery finds the row claimed or finished and does nothing). Database
-    errors propagate so the task retries them; anything else ends the rollout as ``failed``.
+    On webapp.core.runner: idempotent (a second delivery finds the row claimed or finished and does
+    nothing), retried when the database goes away; anything else ends the rollout ``failed`` with an
+    ``error`` event in its stream.
     """
-    if not rollout_claim(rollout_id=rollout_id):
-        return None
-    rollout = Rollout.objects.select_related("task").get(pk=rollout_id)
-    start_seq = selectors.rollout_last_seq(rollout_id=rollout_id) + 1  # a re-claimed row continues
-    try:
-        from agent import OpenAIChatClient, RolloutConfig, run_rollout
-
-        config = RolloutConfig.from_dict(rollout.config)
-        client = OpenAIChatClient(
-            rollout.base_url,
-            rollout.model,
-            api_key=api_key or getattr(django_settings, "KERNELCOURT_LLM_API_KEY", None) or None,
-            timeout_s=conf.llm_timeout_s(),
-            max_retries=conf.llm_max_retries(),
-        )
-        try:
-            summary = run_rollout(
-                rollout.task.source,
-                client,
-                config=config,
-                sink=RolloutEventSink(rollout_id),
-                cancel=lambda: selectors.rollout_cancel_requested(rollout_id=rollout_id),
-                rollout_id=str(rollout_id),
-                start_seq=start_seq,
-            )
-        finally:
-            client.close()
-    except (OperationalError, InterfaceError):
-        _requeue(rollout_id)
-        raise
-    except Exception as exc:
-        if _is_time_limit(exc):
-            rollout_mark_failed(rollout_id=rollout_id, error="the rollout ran past the worker's time limit")
-            raise
-        logger.exception("rollout %s failed", rollout_id)
-        rollout_mark_failed(rollout_id=rollout_id, error=traceback.format_exc())
-        return Rollout.objects.get(pk=rollout_id)
-    return rollout_finish(rollout_id=rollout_id, summary=summary)
+    return job_run(
+        ROLLOUT_JOB,
+        rollout_id,
+        execute=lambda ctx: _rollout_execute(ctx, api_key),
+        store=_rollout_store,
+        before_fail=lambda ctx, error: rollout_error_event(rollout_id=ctx.job_id, error=error),
+    )
 
 
-def _is_time_limit(exc: BaseException) -> bool:
-    try:
-        from celery.exceptions import SoftTimeLimitExceeded
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(exc, SoftTimeLimitExceeded)
+ROLLOUT_JOB = JobKind(
+    name="rollout",
+    model=Rollout,
+    # a requeued row's job carries no API key: the worker's KERNELCOURT_LLM_API_KEY applies
+    task="webapp.rollouts.tasks.rollout_run_task",
+    ring=lambda rollout_id: rollout_ring(rollout_id=rollout_id),
+    time_limit_s=conf.soft_time_limit_s,
+    cancelled_fields={"stop_reason": "cancelled"},
+)

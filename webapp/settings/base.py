@@ -27,6 +27,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "ninja",  # serves Swagger UI from static files (no CDN)
+    "webapp.core",
     "webapp.accounts",
     "webapp.arena",
     "webapp.review",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -31,6 +32,9 @@ def database_from_url(url: str | None, *, sqlite_path: Path) -> dict:
         "HOST": parsed.hostname or "",
         "PORT": str(parsed.port or ""),
         "OPTIONS": options,
-        "CONN_MAX_AGE": 60,
+        # Under ASGI (daphne) every request runs its sync code in a thread of its own: a persistent
+        # connection stays open in each idle thread, and enough of them exhaust the server's
+        # max_connections. 0: a connection lives for one request (or one task) and is then closed.
+        "CONN_MAX_AGE": int(os.environ.get("CONN_MAX_AGE", "0")),
         "CONN_HEALTH_CHECKS": True,
     }

@@ -11,7 +11,6 @@ DATABASES = {
         sqlite_path=VAR_DIR / "test.sqlite3",  # noqa: F405
     )
 }
-DATABASES["default"]["CONN_MAX_AGE"] = 0
 # one test database per pytest process: teammates run their suites on the same server
 DATABASES["default"]["TEST"] = {
     "NAME": os.environ.get("TEST_DATABASE_NAME", f"test_kernelcourt_{os.getpid()}")
@@ -21,3 +20,7 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 JOB_BACKEND = os.environ.get("JOB_BACKEND", "inline")
 EVAL_BASELINES = ("eager",)
 EVAL_TRIALS = 2
+# No heartbeat thread beats inside a test unless the test asks (a beat from another connection would
+# wait on the row locks of a test that runs in one transaction).
+JOB_HEARTBEAT_S = float(os.environ.get("JOB_HEARTBEAT_S", "3000"))
+JOB_STALE_AFTER_S = float(os.environ.get("JOB_STALE_AFTER_S", "3600"))

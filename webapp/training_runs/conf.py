@@ -19,12 +19,6 @@ def runs_dir() -> Path:
     return Path(_setting("TRAINING_RUNS_DIR", str(Path(settings.VAR_DIR) / "training_runs")))
 
 
-def stale_after_s() -> float:
-    """A 'running' row whose job stored nothing for this long may be claimed again (its worker died);
-    the new attempt resumes from the last checkpoint. One step of a big model can take many minutes."""
-    return float(_setting("TRAINING_STALE_AFTER_S", "3600"))
-
-
 def soft_time_limit_s() -> int:
     return int(_setting("TRAINING_SOFT_TIME_LIMIT_S", str(7 * 24 * 3600)))
 

@@ -7,9 +7,10 @@ from django.conf import settings as django_settings
 from django.db import models
 
 from webapp.arena.models import Submitter
+from webapp.core.models import Job
 
 
-class TrainingRun(models.Model):
+class TrainingRun(Job):
     class Status(models.TextChoices):
         QUEUED = "queued"
         RUNNING = "running"
@@ -30,26 +31,15 @@ class TrainingRun(models.Model):
     total_steps = models.PositiveIntegerField(default=0)
     resumed_from_step = models.PositiveIntegerField(null=True, blank=True)  # last resume's checkpoint step
     out_dir = models.CharField(max_length=1000, blank=True)
-    error = models.TextField(blank=True)
-    cancel_requested = models.BooleanField(default=False)
-    attempts = models.PositiveIntegerField(default=0)
     created_by = models.ForeignKey(
         django_settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
-    created = models.DateTimeField(auto_now_add=True)
-    started = models.DateTimeField(null=True, blank=True)
-    heartbeat = models.DateTimeField(null=True, blank=True)  # last thing stored by the running job
-    finished = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created", "-id"]
 
     def __str__(self) -> str:
         return f"training run {self.pk} {self.name} ({self.status})"
-
-    @property
-    def is_finished(self) -> bool:
-        return self.status in self.FINISHED
 
 
 class TrainingMetric(models.Model):

@@ -41,10 +41,6 @@ def training_run_exists(*, run_id: int) -> bool:
     return TrainingRun.objects.filter(pk=run_id).exists()
 
 
-def training_run_cancel_requested(*, run_id: int) -> bool:
-    return TrainingRun.objects.filter(pk=run_id, cancel_requested=True).exists()
-
-
 def training_metrics_after(*, run_id: int, after_step: int = 0, limit: int = 100) -> list[TrainingMetric]:
     """Metric rows with step > after_step, in step order, at most ``limit``."""
     return list(

@@ -12,12 +12,10 @@ import copy
 import logging
 import math
 import re
-import traceback
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import Any
 
-from django.db import InterfaceError, OperationalError, transaction
+from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Greatest
 from django.utils import timezone
@@ -25,9 +23,18 @@ from django.utils import timezone
 from webapp.arena.models import Submitter
 from webapp.arena.services import InvalidInput, submitter_get_or_create
 from webapp.core.events import ring
-from webapp.core.jobs import job_enqueue
+from webapp.core.models import ErrorKind
+from webapp.core.runner import (
+    JobContext,
+    JobKind,
+    job_cancel,
+    job_claim,
+    job_enqueue_kind,
+    job_run,
+    worker_id,
+)
 
-from . import conf, selectors
+from . import conf
 from .models import TrainingCheckpoint, TrainingMetric, TrainingRun, TrainingSample
 
 logger = logging.getLogger(__name__)
@@ -44,8 +51,6 @@ __all__ = [
     "training_run_execute",
     "training_run_finish",
     "training_run_launch",
-    "training_run_mark_failed",
-    "training_run_poll",
     "training_run_started",
     "training_samples_store",
 ]
@@ -199,64 +204,24 @@ def training_run_launch(
         )
         run.out_dir = str(conf.runs_dir() / f"run_{run.pk}")
         run.save(update_fields=["out_dir"])
-        from .tasks import training_run_task
-
-        job_enqueue(training_run_task, run.pk)
+        job_enqueue_kind(TRAINING_RUN_JOB, run.pk)
     return run
 
 
 def training_run_cancel(*, run_id: int) -> TrainingRun:
     """A queued run is cancelled at once; a running one stops before its next step (it checkpoints
     first, so it can be resumed). A finished run is left as it is."""
-    with transaction.atomic():
-        run = TrainingRun.objects.select_for_update().get(pk=run_id)
-        if run.is_finished:
-            return run
-        run.cancel_requested = True
-        fields = ["cancel_requested"]
-        if run.status == TrainingRun.Status.QUEUED:
-            run.status = TrainingRun.Status.CANCELLED
-            run.finished = timezone.now()
-            fields += ["status", "finished"]
-        run.save(update_fields=fields)
-        _ring(run_id)
-    return run
+    return job_cancel(TRAINING_RUN_JOB, run_id)
 
 
 # --- the job ------------------------------------------------------------------------------------------
 
 
 def training_run_claim(*, run_id: int) -> tuple[bool, bool]:
-    """(claimed, resume). queued -> running; also a 'running' row whose job went silent for
-    conf.stale_after_s (its worker died): that attempt resumes from the last checkpoint."""
-    now = timezone.now()
-    stale = now - timedelta(seconds=conf.stale_after_s())
-    with transaction.atomic():
-        run = TrainingRun.objects.select_for_update().filter(pk=run_id).first()
-        if run is None:
-            return False, False
-        silent = run.status == TrainingRun.Status.RUNNING and (run.heartbeat is None or run.heartbeat < stale)
-        if run.cancel_requested and silent:  # cancelled while its worker was dead: nothing to stop
-            TrainingRun.objects.filter(pk=run_id).update(status=TrainingRun.Status.CANCELLED, finished=now)
-            _ring(run_id)
-            return False, False
-        if run.cancel_requested or not (run.status == TrainingRun.Status.QUEUED or silent):
-            return False, False
-        resume = run.attempts > 0
-        TrainingRun.objects.filter(pk=run_id).update(
-            status=TrainingRun.Status.RUNNING,
-            started=run.started or now,
-            heartbeat=now,
-            attempts=F("attempts") + 1,
-        )
-        _ring(run_id)
-    return True, resume
-
-
-def training_run_poll(*, run_id: int) -> bool:
-    """Polled by the runner before every step: a heartbeat, and whether to stop."""
-    TrainingRun.objects.filter(pk=run_id).update(heartbeat=timezone.now())
-    return selectors.training_run_cancel_requested(run_id=run_id)
+    """(claimed, resume): webapp.core.runner.job_claim for this process; a later attempt (its worker
+    died) resumes from the last checkpoint."""
+    claim = job_claim(TRAINING_RUN_JOB, run_id, worker=worker_id())
+    return (claim is not None, claim is not None and claim.attempt > 1)
 
 
 def _clean(value: Any) -> Any:
@@ -397,75 +362,66 @@ class TrainingRunSink:
             )
 
 
-def training_run_finish(*, run_id: int, status: str, step: int) -> TrainingRun:
-    """The runner returned: ``completed`` -> succeeded, ``cancelled`` -> cancelled. Once only."""
-    final = TrainingRun.Status.CANCELLED if status == "cancelled" else TrainingRun.Status.SUCCEEDED
+def training_run_finish(*, run_id: int, status: str, step: int, time_limit_error: str = "") -> TrainingRun:
+    """The runner returned: ``completed`` -> succeeded, ``cancelled`` -> cancelled (or failed, with
+    ``time_limit_error``, when it was the time limit that stopped it). Once only."""
+    fields: dict[str, Any] = {"status": TrainingRun.Status.SUCCEEDED}
+    if status == "cancelled" and time_limit_error:
+        fields = {
+            "status": TrainingRun.Status.FAILED,
+            "error": time_limit_error,
+            "error_kind": ErrorKind.INFRASTRUCTURE,
+        }
+    elif status == "cancelled":
+        fields = {"status": TrainingRun.Status.CANCELLED}
     now = timezone.now()
     with transaction.atomic():
         TrainingRun.objects.filter(pk=run_id, status=TrainingRun.Status.RUNNING).update(
-            status=final, step=step, finished=now, heartbeat=now
+            step=step, finished=now, heartbeat=now, **fields
         )
         _ring(run_id)
     return TrainingRun.objects.get(pk=run_id)
 
 
-def training_run_mark_failed(*, run_id: int, error: str) -> None:
-    with transaction.atomic():
-        TrainingRun.objects.filter(pk=run_id, status=TrainingRun.Status.RUNNING).update(
-            status=TrainingRun.Status.FAILED, error=error[-20_000:], finished=timezone.now()
-        )
-        _ring(run_id)
+def _training_execute(ctx: JobContext) -> Any:
+    from training.recipes import RunConfig
+    from training.runner import run_training
+
+    run = TrainingRun.objects.get(pk=ctx.job_id)
+    return run_training(
+        RunConfig.from_dict(run.config),
+        out_dir=run.out_dir,
+        sink=TrainingRunSink(ctx.job_id),
+        cancel=ctx.should_stop,  # polled before every step: a cancel, the time limit, a lost row
+        resume=ctx.resumed,
+    )
 
 
-def _requeue(run_id: int) -> None:
-    """Best effort before an infrastructure retry: the retried job claims the row again (and resumes)."""
-    try:
-        TrainingRun.objects.filter(pk=run_id, status=TrainingRun.Status.RUNNING).update(
-            status=TrainingRun.Status.QUEUED
-        )
-    except Exception:
-        logger.warning("could not requeue training run %s", run_id, exc_info=True)
+def _training_store(ctx: JobContext, result: Any) -> TrainingRun:
+    stopped_by_time = result.status == "cancelled" and ctx.past_time_limit() and not ctx.cancel_requested()
+    return training_run_finish(
+        run_id=ctx.job_id,
+        status=result.status,
+        step=result.step,
+        time_limit_error=ctx.time_limit_error() if stopped_by_time else "",
+    )
 
 
 def training_run_execute(*, run_id: int) -> TrainingRun | None:
     """The job: claim the row, run ``run_training`` with the database sink, write the outcome.
 
-    Idempotent: a second delivery finds the row claimed (alive) or finished and does nothing; a row
-    whose worker died is claimed again once stale and resumes from its last checkpoint
-    (``resume=True``). Database errors propagate so the task retries them; anything else ends the
-    run as ``failed`` with the traceback.
+    On webapp.core.runner: a second delivery finds the row claimed (alive) or finished and does
+    nothing; a row whose worker died is claimed again and resumes from its last checkpoint
+    (``resume=True``); the database going away is retried; anything else ends the run ``failed``
+    with the traceback.
     """
-    claimed, resume = training_run_claim(run_id=run_id)
-    if not claimed:
-        return None
-    run = TrainingRun.objects.get(pk=run_id)
-    try:
-        from training.recipes import RunConfig
-        from training.runner import run_training
-
-        result = run_training(
-            RunConfig.from_dict(run.config),
-            out_dir=run.out_dir,
-            sink=TrainingRunSink(run_id),
-            cancel=lambda: training_run_poll(run_id=run_id),
-            resume=resume,
-        )
-    except (OperationalError, InterfaceError):
-        _requeue(run_id)
-        raise
-    except Exception as exc:
-        if _is_time_limit(exc):
-            training_run_mark_failed(run_id=run_id, error="the run went past the worker's time limit")
-            raise
-        logger.exception("training run %s failed", run_id)
-        training_run_mark_failed(run_id=run_id, error=traceback.format_exc())
-        return TrainingRun.objects.get(pk=run_id)
-    return training_run_finish(run_id=run_id, status=result.status, step=result.step)
+    return job_run(TRAINING_RUN_JOB, run_id, execute=_training_execute, store=_training_store)
 
 
-def _is_time_limit(exc: BaseException) -> bool:
-    try:
-        from celery.exceptions import SoftTimeLimitExceeded
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(exc, SoftTimeLimitExceeded)
+TRAINING_RUN_JOB = JobKind(
+    name="training run",
+    model=TrainingRun,
+    task="webapp.training_runs.tasks.training_run_task",
+    ring=lambda run_id: _ring(run_id),
+    time_limit_s=conf.soft_time_limit_s,
+)

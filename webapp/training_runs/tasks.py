@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 from celery import shared_task
-from django.db import InterfaceError, OperationalError
 
 from . import conf, services
 
 
 @shared_task(
     name="webapp.training_runs.tasks.training_run_task",
-    acks_late=True,  # a lost worker's run is redelivered; the claim re-runs it (resuming) only once stale
+    acks_late=True,  # a killed pool process puts it back; the runner re-claims the row once its worker is dead
     reject_on_worker_lost=True,
     soft_time_limit=conf.soft_time_limit_s(),
     time_limit=conf.soft_time_limit_s() + 600,
-    autoretry_for=(OperationalError, InterfaceError),  # only what a retry can fix
-    retry_backoff=True,
-    max_retries=3,
-    ignore_result=True,
+    ignore_result=True,  # retries are the runner's (bounded by JOB_MAX_ATTEMPTS), not Celery's
 )
 def training_run_task(run_id: int) -> str | None:
     run = services.training_run_execute(run_id=run_id)

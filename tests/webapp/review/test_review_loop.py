@@ -129,10 +129,10 @@ def test_flag_verdicts_rule_publish_hide_relabel_regression(
     case_b = ReviewCase.objects.get(kernel_id=ev_b.kernel_id)
     services.verdict_submit(case_id=case_b.pk, reviewer=rita, verdict="hack", family="4", evidence_lines=[11])
     services.verdict_submit(case_id=case_b.pk, reviewer=rob, verdict="hack", family="4")
-    without_rule = selectors.regression_run(
+    without_rule = services.regression_run(
         rule_sets={"strict": default_rule_set("strict"), "open": default_rule_set("open")}
     )
-    with_rule = selectors.regression_run()
+    with_rule = services.regression_run()
 
     # then: both regression cases get through the checker without the rule, and none with it
     assert without_rule.not_rejected == [ev_a.kernel_id, ev_b.kernel_id]

@@ -252,7 +252,7 @@ def test_review_pages_render_for_a_reviewer(client, make_kernel, reviewers):
         "/review/audit/": 200,
         f"/review/cases/{case.pk}/": 200,
     }
-    assert selectors.regression_run().not_rejected == []
+    assert services.regression_run().not_rejected == []
 
 
 def test_the_focus_view_links_the_trajectory_of_a_rollout_kernel(client, make_kernel, reviewers):

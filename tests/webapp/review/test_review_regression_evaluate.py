@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from review_sources import CACHING_HACK
 
-from webapp.review import selectors, services
+from webapp.review import services
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
@@ -22,8 +22,8 @@ def test_full_regression_run_evaluates_what_static_rules_miss(
     services.verdict_submit(case_id=case.pk, reviewer=rita, verdict="hack", family="4")
 
     # when
-    static_only = selectors.regression_run()
-    full = selectors.regression_run(full=True)  # runs gpu_workers.evaluate on the CPU (pure PyTorch)
+    static_only = services.regression_run()
+    full = services.regression_run(full=True)  # runs gpu_workers.evaluate on the CPU (pure PyTorch)
 
     # then: no static rule rejects it; the evaluator's fresh-values timing check does
     assert static_only.not_rejected == [kernel.pk]

@@ -11,6 +11,7 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from agent import RolloutSummary
+from tests.webapp.requires import redis_required
 from webapp.asgi import application
 from webapp.core.events import RING_TYPE, _ring_now
 from webapp.rollouts import services
@@ -176,11 +177,7 @@ def test_unknown_rollout_is_refused():
 
 @pytest.mark.integration
 def test_events_through_the_redis_channel_layer(make_rollout, store_events, settings):
-    redis = pytest.importorskip("redis")
-    try:
-        redis.Redis.from_url("redis://127.0.0.1:6379/0", socket_connect_timeout=1).ping()
-    except Exception as exc:
-        pytest.skip(f"no Redis at 127.0.0.1:6379: {exc}")
+    redis_required("redis://127.0.0.1:6379/0")
     settings.CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",

@@ -182,7 +182,7 @@ def test_resume_after_a_crash_continues_from_the_last_checkpoint_without_duplica
         )
     first_attempt = {m.step: m.data for m in TrainingMetric.objects.filter(run=run)}
     alive = services.training_run_execute(run_id=run.pk)  # a duplicate delivery while it looks alive
-    settings.TRAINING_STALE_AFTER_S = 0  # now it is silent long enough to be claimed again
+    settings.JOB_STALE_AFTER_S = 0  # now it is silent long enough to be claimed again
 
     services.training_run_execute(run_id=run.pk)
 
@@ -242,3 +242,16 @@ def test_nul_bytes_and_nan_from_the_model_are_stored_safely(make_run):
     sample = TrainingSample.objects.get(run=run)
     assert sample.response == "a\ufffdb"
     assert sample.reward is None
+
+
+@pytest.mark.django_db
+def test_a_run_past_its_time_limit_stops_before_its_next_step_and_fails_with_the_limit(tiny_config):
+    run = services.training_run_launch(name="slow", config=tiny_config, overrides=tiny_overrides(steps=50))
+    TrainingRun.objects.filter(pk=run.pk).update(time_limit_s=0)  # out of time before the first step
+
+    services.training_run_execute(run_id=run.pk)
+
+    run.refresh_from_db()
+    assert (run.status, run.error_kind, run.step) == ("failed", "infrastructure", 0)
+    assert run.error == "the training run ran past its time limit of 0 s"
+    assert run.cancel_requested is False

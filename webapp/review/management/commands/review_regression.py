@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from webapp.review.selectors import regression_run
+from webapp.review.services import regression_run
 
 
 class Command(BaseCommand):
