@@ -140,22 +140,16 @@ def _batch(args: argparse.Namespace) -> int:
         requests.append(_request_from(args, task, kernel, Path(row["task"]).stem))
         labels.append({"line": number, "task": row["task"], "kernel": row["kernel"], "id": row.get("id")})
     out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")  # noqa: SIM115
-    try:
-        from tqdm import tqdm
-    except ImportError:  # a bare GPU node may lack tqdm
-        tqdm = None
-    bar = tqdm(total=len(requests), file=sys.stderr, unit="kernel") if tqdm else None
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(requests), file=sys.stderr, unit="kernel")
     with LocalPool(workers=args.workers, gpus=args.gpus) as pool:
         for index, result in pool.as_completed(requests):
             out.write(json.dumps({**labels[index], **result.to_dict()}) + "\n")
             out.flush()
-            if bar:
-                bar.update(1)
-                bar.set_postfix_str(result.status)
-            else:
-                print(f"{index + 1}/{len(requests)} {result.status}", file=sys.stderr)
-    if bar:
-        bar.close()
+            bar.update(1)
+            bar.set_postfix_str(result.status)
+    bar.close()
     if out is not sys.stdout:
         out.close()
     return 0

@@ -12,6 +12,9 @@ relative ones resolved):
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -234,3 +237,51 @@ def test_the_modules_a_child_preloads_are_on_its_side_of_the_border():
 def test_the_top_of_gpu_workers_holds_at_most_twelve_modules():
     top = sorted(p.name for p in (ROOT / "gpu_workers").glob("*.py"))
     assert len(top) <= 12, top
+
+
+_BLOCKER = """
+import importlib.abc, sys
+BLOCKED = {blocked!r}
+class Blocker(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"{{name}} is not installed on a bare GPU node")
+        return None
+sys.meta_path.insert(0, Blocker())
+"""
+BARE_NODE_LACKS = ("django", "webapp", "agent", "training", "transformers", "httpx", "ray", "channels", "celery",
+                   "ninja", "redis", "psycopg")
+
+
+def _bare_node(code: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    return subprocess.run([sys.executable, "-c", _BLOCKER.format(blocked=BARE_NODE_LACKS) + code], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_blocker_really_blocks():
+    out = _bare_node("import django\n")
+    assert out.returncode == 1
+    assert "django is not installed on a bare GPU node" in out.stderr
+
+
+def test_every_gpu_workers_module_imports_on_a_node_with_torch_alone():
+    # given every module of the evaluator but the suite's task and kernel files (data, imported by a child)
+    # and __main__ (the command line: the next test runs it)
+    names = sorted(m for m in module_names("gpu_workers") if m != "gpu_workers.__main__"
+                   and not m.startswith(("gpu_workers.suite.tasks", "gpu_workers.suite.kernels")))
+    # when each is imported with the web, agent, training and Ray packages missing
+    out = _bare_node(f"import importlib\nfor name in {names!r}:\n    importlib.import_module(name)\n"
+                     "from gpu_workers import EvalRequest, EvalResult, Finding, evaluate, source_hash\n"
+                     f"print('imported', {len(names)})\n")
+    # then
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["imported", str(len(names))]
+
+
+def test_the_evaluator_cli_runs_on_a_node_with_torch_alone():
+    out = _bare_node("import runpy\nsys.argv = ['gpu_workers', '--help']\n"
+                     "runpy.run_module('gpu_workers', run_name='__main__')\n")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("usage: python -m gpu_workers")

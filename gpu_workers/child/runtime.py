@@ -53,14 +53,10 @@ def make_inputs(task, seed: int, device) -> list[Any]:
 def secret_reseed() -> None:
     import random
 
+    import numpy
     import torch
 
     seed = int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1)
     torch.manual_seed(seed)
     random.seed(os.urandom(16))
-    try:
-        import numpy
-
-        numpy.random.seed(int.from_bytes(os.urandom(4), "little"))
-    except ImportError:
-        pass
+    numpy.random.seed(int.from_bytes(os.urandom(4), "little"))

@@ -32,12 +32,9 @@ _MARK = "__ka_raw__"
 def _tensor_primitives() -> tuple[Any, ...]:
     """Bound when this module is imported (in a child: before any candidate code), so that later
     patches of ``torch.Tensor`` methods cannot change what the judge sends."""
+    import numpy  # noqa: F401 - Tensor.numpy needs it
     import torch
 
-    try:
-        import numpy  # noqa: F401 - Tensor.numpy needs it; without it every tensor goes in the skeleton
-    except ImportError:
-        return torch, None, None, None, None
     return torch, torch.Tensor, torch.Tensor.reshape, torch.Tensor.view, torch.Tensor.numpy
 
 
@@ -71,7 +68,7 @@ def encode_parts(obj: Any, key: bytes | None = None, save: Any = None) -> list[m
     """The message as separate pieces (no copy of large tensors), HMAC last when a key is given."""
     save = save or _TORCH.save
     raws: list[Any] = []
-    skeleton = _split(obj, raws) if _NUMPY is not None else obj
+    skeleton = _split(obj, raws)
     buffer = io.BytesIO()
     save(skeleton, buffer)
     payload = buffer.getbuffer()

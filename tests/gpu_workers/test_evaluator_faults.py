@@ -233,7 +233,7 @@ def test_cli_batch_writes_one_jsonl_row_per_kernel_with_progress(tmp_path):
         "zeros": "incorrect",
         "syntax": "compile_error",
     }
-    assert "3/3" in done.stderr  # tqdm's bar (or the plain fallback) counts to 3 on stderr
+    assert "3/3" in done.stderr  # tqdm's bar counts to 3 on stderr
 
 
 def test_candidate_cannot_kill_the_evaluator():
