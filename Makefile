@@ -24,6 +24,7 @@ lint: install
 	$(BIN)/ruff check .
 
 test: install lint
+	$(BIN)/python tests/preflight.py
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/python -m pytest
 
