@@ -100,11 +100,11 @@ case "${PART:-all}" in
   18) : "${CONFINE_S:=120}" "${TESTS:=tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_gpu_faults.py}" \
         "${TESTS_S:=200}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" \
         "${VARIANTS:=default}" "${VARIANT_S:=140}" ;;
-  19) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_ENV:=KERNELCOURT_TIMING_SPIN=0}" "${TESTS_S:=150}" \
+  19) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_ENV:=}" "${TESTS_S:=150}" \
         "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" \
-        "${VARIANTS:=spin nospin:KERNELCOURT_TIMING_SPIN=0 settle2:KERNELCOURT_SETTLE_WITHIN=0.02}" "${VARIANT_S:=120}" ;;
+        "${VARIANTS:=spin settle2:KERNELCOURT_SETTLE_WITHIN=0.02}" "${VARIANT_S:=120}" ;;
   20) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_S:=150}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" \
-        "${FIDELITY_VARIANTS:=nospin:KERNELCOURT_TIMING_SPIN=0}" "${FIDELITY_S:=130}" "${NCU_S:=40}" ;;
+        "${FIDELITY_VARIANTS:=}" "${FIDELITY_S:=130}" "${NCU_S:=40}" ;;
   21) : "${TESTS:=tests/gpu_workers/test_measure.py tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_S:=130}" \
         "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_VARIANTS:=local:KERNELCOURT_TIMING_CPUS=gpu-local}" \
         "${FIDELITY_S:=115}" "${NCU_S:=0}" "${VARIANTS:=default local:KERNELCOURT_TIMING_CPUS=gpu-local}" \
@@ -124,7 +124,7 @@ case "${PART:-all}" in
         "${NCU_S:=0}" "${VARIANTS:=}" ;;
   27) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${CONTEXT_S:=90}" "${FIDELITY_S:=0}" \
         "${NCU_S:=0}" "${VARIANT_N:=160}" "${VARIANT_S:=200}" \
-        "${VARIANTS:=free hold:KERNELCOURT_GPU_HOLD_CONTEXTS=1,KERNELCOURT_CACHE_DIR=/tmp/ka-cache-hold}" ;;
+        "${VARIANTS:=free}" ;;
   17) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${VARIANTS:=default}" "${VARIANT_S:=140}" \
         "${FIDELITY_S:=150}" "${NCU_S:=40}" ;;
   3) : "${COMPILE_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" "${TESTS_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${SUITE_S:=540}" ;;

@@ -127,13 +127,3 @@ def test_candidate_code_cannot_write_outside_its_own_folders(tmp_path, monkeypat
     assert (own / "triton" / "scratch").read_text() == "ok"
     assert "[kernelcourt] confined (Landlock ABI" in result.compile_log + result.run_log
 
-    # the same candidate unconfined: the writes land (what the confinement is what stops)
-    monkeypatch.setenv("KERNELCOURT_CONFINE", "0")
-    other = tmp_path / "outside-unconfined"
-    other.mkdir()
-    result = evaluate(_writer_request(other))
-    assert result.status == "passed", result.message
-    written = {p.name.split("-")[0] for p in other.iterdir()}
-    assert written == {"import", "forward"}  # the compile child and the candidate child both wrote
-    for poison in [*kernelcourt_cache_dir.glob("poison-*"), *neighbour.glob("poison-*")]:
-        poison.unlink()

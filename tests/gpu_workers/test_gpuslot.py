@@ -120,11 +120,6 @@ def test_a_slot_switches_between_work_and_timing_and_counts_both(monkeypatch):
         pass
     assert use.acquisitions == 3 and use.exclusive_acquisitions == 1
     assert use.held_s >= 0.1 and 0.05 <= use.exclusive_s < use.held_s
-    off = SlotUse()
-    monkeypatch.setenv("KERNELCOURT_GPU_EXCLUSIVE", "0")
-    with gpu_slot(H200_A, off) as slot:
-        assert slot.exclusive() == 0.0 and slot.pause_point() == 0.0
-    assert off.acquisitions == 0 and off.exclusive_acquisitions == 0
 
 
 def test_slot_names_are_safe_file_names():
