@@ -62,13 +62,13 @@ set -uo pipefail
 case "${PART:-all}" in
   1) : "${FIDELITY_S:=0}" "${NCU_S:=0}" ;;
   2) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" ;;
-  4) : "${TESTS:=tests/gpu_workers/test_gpu_faults.py}" "${TESTS_S:=110}" "${COMPILE_S:=100}" "${COMPILE_N:=1}" \
+  4) : "${TESTS:=tests/gpu_workers/test_evaluator_gpu.py}" "${TESTS_S:=110}" "${COMPILE_S:=100}" "${COMPILE_N:=1}" \
        "${EXTRA_OURS:=3}" "${TP1_S:=80}" "${TP_SIZE:=1048576}" "${TPN_S:=0}" "${FIDELITY_S:=130}" "${NCU_S:=55}" ;;
   5) : "${TESTS_S:=150}" "${COMPILE_S:=130}" "${COMPILE_N:=1}" "${EXTRA_OURS:=5}" "${TP1_S:=150}" \
        "${TP_WORKERS:=1 4 16}" "${TP_ROUNDS:=3}" "${TP_SIZE:=1048576}" "${TPN_S:=0}" "${FIDELITY_S:=60}" "${NCU_S:=30}" ;;
   6) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=150}" "${TP_ROUNDS:=3}" "${TP_SIZE:=1048576}" \
        "${FIDELITY_ONLY:=}" "${FIDELITY_REPEAT:=1}" "${FIDELITY_S:=150}" "${NCU_S:=220}" ;;
-  7) : "${TESTS:=tests/gpu_workers/test_gpu_faults.py}" "${TESTS_S:=110}" "${COMPILE_S:=200}" "${COMPILE_N:=1}" \
+  7) : "${TESTS:=tests/gpu_workers/test_evaluator_gpu.py}" "${TESTS_S:=110}" "${COMPILE_S:=200}" "${COMPILE_N:=1}" \
        "${EXTRA_OURS:=5}" "${TP1_S:=130}" "${TP_WORKERS:=4 16}" "${TP_N:=16}" "${TP_ROUNDS:=4}" "${TP_SIZE:=1048576}" \
        "${TPN_S:=0}" "${FIDELITY_S:=100}" "${NCU_S:=20}" ;;
   8) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" \
@@ -76,7 +76,7 @@ case "${PART:-all}" in
   9) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_S:=150}" "${COMPILE_S:=0}" "${TP1_S:=270}" \
        "${TP_WORKERS:=1 4 16 24}" "${TP_N:=16}" "${TP_ROUNDS:=4}" "${TP_SIZE:=1048576}" "${TP_TAIL:=24}" "${TPN_S:=0}" \
        "${FIDELITY_S:=100}" "${NCU_S:=25}" ;;
-  10) : "${TESTS:=tests/gpu_workers/test_gpu_faults.py tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_S:=230}" \
+  10) : "${TESTS:=tests/gpu_workers/test_evaluator_gpu.py tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_S:=230}" \
         "${COMPILE_S:=0}" "${TP1_S:=290}" "${TP_WORKERS:=1 4 16 24}" "${TP_N:=8}" "${TP_ROUNDS:=4}" "${TP_SIZE:=1048576}" \
         "${TP_TAIL:=24}" "${TPN_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" ;;
   11) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_S:=150}" "${COMPILE_S:=0}" "${TP1_S:=140}" \
@@ -85,19 +85,19 @@ case "${PART:-all}" in
   12) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=140}" "${TP_WORKERS:=16}" "${TP_N:=128}" "${TP_ROUNDS:=0}" \
         "${TP_SIZE:=1048576}" "${TP_TAIL:=12}" "${TPN_S:=110}" "${TPN_WORKERS:=32}" "${RAY_S:=110}" \
         "${FIDELITY_S:=110}" "${NCU_S:=30}" ;;
-  13) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_gpu_faults.py}" "${TESTS_S:=260}" \
+  13) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_evaluator_gpu.py}" "${TESTS_S:=260}" \
         "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_ONLY:=}" "${FIDELITY_REPEAT:=1}" "${FIDELITY_S:=170}" \
         "${NCU_S:=130}" ;;
   14) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_S:=150}" "${COMPILE_S:=0}" "${TP1_S:=150}" \
         "${TP_WORKERS:=16}" "${TP_N:=112}" "${TP_ROUNDS:=0}" "${TP_SIZE:=1048576}" "${TP_TAIL:=6}" "${TPN_S:=0}" \
         "${FIDELITY_ONLY:=}" "${FIDELITY_REPEAT:=1}" "${FIDELITY_S:=160}" "${NCU_S:=120}" ;;
-  15) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_gpu_faults.py}" "${TESTS_S:=250}" \
+  15) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_evaluator_gpu.py}" "${TESTS_S:=250}" \
         "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" "${SETTLES:=0.02 0.01}" \
         "${SETTLE_S:=130}" ;;
-  16) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_gpu_faults.py tests/gpu_workers/test_measure.py}" \
+  16) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_evaluator_gpu.py tests/gpu_workers/child/test_measure.py}" \
         "${TESTS_S:=240}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" \
         "${VARIANTS:=default nice0:KERNELCOURT_COMPILE_NICE=0}" "${VARIANT_S:=140}" ;;
-  18) : "${CONFINE_S:=120}" "${TESTS:=tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_gpu_faults.py}" \
+  18) : "${CONFINE_S:=120}" "${TESTS:=tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_evaluator_gpu.py}" \
         "${TESTS_S:=200}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_S:=0}" "${NCU_S:=0}" \
         "${VARIANTS:=default}" "${VARIANT_S:=140}" ;;
   19) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_ENV:=}" "${TESTS_S:=150}" \
@@ -105,21 +105,21 @@ case "${PART:-all}" in
         "${VARIANTS:=spin settle2:KERNELCOURT_SETTLE_WITHIN=0.02}" "${VARIANT_S:=120}" ;;
   20) : "${TESTS:=tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_S:=150}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" \
         "${FIDELITY_VARIANTS:=}" "${FIDELITY_S:=130}" "${NCU_S:=40}" ;;
-  21) : "${TESTS:=tests/gpu_workers/test_measure.py tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_S:=130}" \
+  21) : "${TESTS:=tests/gpu_workers/child/test_measure.py tests/gpu_workers/test_gpu_hacks.py}" "${TESTS_S:=130}" \
         "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_VARIANTS:=local:KERNELCOURT_TIMING_CPUS=gpu-local}" \
         "${FIDELITY_S:=115}" "${NCU_S:=0}" "${VARIANTS:=default local:KERNELCOURT_TIMING_CPUS=gpu-local}" \
         "${VARIANT_N:=64}" "${VARIANT_S:=95}" ;;
-  22) : "${TESTS:=tests/gpu_workers/test_measure.py tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_gpu_faults.py}" \
+  22) : "${TESTS:=tests/gpu_workers/child/test_measure.py tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_evaluator_gpu.py}" \
         "${TESTS_S:=190}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${FIDELITY_S:=130}" "${NCU_S:=40}" \
         "${VARIANTS:=default}" "${VARIANT_S:=140}" ;;
   23) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${VARIANTS:=default}" "${VARIANT_S:=130}" \
         "${FIDELITY_ONLY:=}" "${FIDELITY_REPEAT:=1}" "${FIDELITY_S:=200}" "${NCU_S:=180}" ;;
   24) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${VARIANTS:=default}" "${VARIANT_S:=260}" \
         "${VARIANT_N:=160}" "${FIDELITY_S:=0}" "${NCU_S:=0}" ;;
-  25) : "${TESTS:=tests/gpu_workers/test_measure.py tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_gpu_faults.py}" \
+  25) : "${TESTS:=tests/gpu_workers/child/test_measure.py tests/gpu_workers/test_gpu_hacks.py tests/gpu_workers/test_evaluator_gpu.py}" \
         "${TESTS_S:=190}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${JUDGE_S:=40}" "${FIDELITY_S:=0}" \
         "${NCU_S:=0}" "${VARIANTS:=default judge16:KERNELCOURT_JUDGE_THREADS=16}" "${VARIANT_S:=130}" ;;
-  26) : "${TESTS:=tests/gpu_workers/test_measure.py tests/gpu_workers/test_litebuild.py tests/gpu_workers/test_gpu_hacks.py}" \
+  26) : "${TESTS:=tests/gpu_workers/child/test_measure.py tests/gpu_workers/build/test_light.py tests/gpu_workers/test_gpu_hacks.py}" \
         "${TESTS_S:=200}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${PROFILE_S:=90}" "${FIDELITY_S:=0}" \
         "${NCU_S:=0}" "${VARIANTS:=}" ;;
   27) : "${TESTS_S:=0}" "${COMPILE_S:=0}" "${TP1_S:=0}" "${TPN_S:=0}" "${CONTEXT_S:=90}" "${FIDELITY_S:=0}" \
@@ -146,8 +146,8 @@ step() {  # step NAME SECONDS COMMAND...: run, keep the log, print its tail
 }
 CORES16="taskset -c 0-15"
 step confine_cuda "${CONFINE_S:-0}" python3 bench/confine_cuda.py
-step gpu_tests "${TESTS_S:-170}" env ${TESTS_ENV:-} python3 -m pytest -p no:cacheprovider -q -m gpu -rA ${TESTS:-tests/gpu_workers/test_litebuild.py \
-  tests/gpu_workers/test_gpu_faults.py tests/gpu_workers/test_splitbuild.py::test_split_build_failure_falls_back_to_the_plain_build}
+step gpu_tests "${TESTS_S:-170}" env ${TESTS_ENV:-} python3 -m pytest -p no:cacheprovider -q -m gpu -rA ${TESTS:-tests/gpu_workers/build/test_light.py \
+  tests/gpu_workers/test_evaluator_gpu.py tests/gpu_workers/build/test_split.py::test_split_build_failure_falls_back_to_the_plain_build}
 [ -f test-artifacts/gpu_hack_results.json ] && cp test-artifacts/gpu_hack_results.json "$OUT/"
 step compile_profile "${PROFILE_S:-0}" bash -c "python3 bench/compile_profile.py --device cuda --repeat 3 && \
   python3 bench/compile_profile.py --device cuda --repeat 3 --no-lite-pch"

@@ -14,8 +14,8 @@ import pytest
 from gpu_workers import EvalRequest, evaluate
 from gpu_workers.child import confine
 
-ROOT = Path(__file__).resolve().parents[2]
-TASKS = Path(__file__).resolve().parent / "hacks" / "tasks"
+ROOT = Path(__file__).resolve().parents[3]
+TASKS = Path(__file__).resolve().parents[1] / "hacks" / "tasks"
 
 pytestmark = pytest.mark.skipif(confine.abi_version() == 0, reason="this kernel has no Landlock")
 

@@ -14,7 +14,7 @@ import torch
 
 from gpu_workers.child import timing, timinghost
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 PROBE = r'''
 import sys
