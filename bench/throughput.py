@@ -91,17 +91,14 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=0, help="elements per input (default: the task's profile)")
     parser.add_argument("--pool", choices=["local", "ray"], default="local",
                         help="the local pool, or Ray (a local cluster: one actor per GPU, --workers spread over them)")
-    parser.add_argument("--zygote", choices=["on", "off", "both"], default="on",
-                        help="children forked from the zygote, started with python -m, or both side by side")
     parser.add_argument("--no-warm-up", dest="warm_up", action="store_false",
                         help="skip the worker's warm-up (probe, zygote, compile child, bridge, reference children; "
                              "Ray actors' too) before the clock: "
                              "the first round then pays for it, as a worker that never warmed up would")
     args = parser.parse_args()
-    if args.warm_up and args.pool == "local" and args.zygote != "both":  # Ray actors warm themselves (_batch)
+    if args.warm_up and args.pool == "local":  # Ray actors warm themselves (_batch)
         from gpu_workers.workers.warmup import warm_up
 
-        os.environ["KERNELCOURT_ZYGOTE"] = "1" if args.zygote == "on" else "0"
         started = time.perf_counter()
         gpus = max(args.gpus, 1)  # reference children for as many evaluations as each GPU gets at once
         steps = warm_up(args.device, 0 if args.device == "cuda" else None, references=-(-max(args.workers) // gpus),
@@ -114,10 +111,9 @@ def main() -> int:
                                                     f'PROFILES = {{"cpu": {{"N": {args.size}}}, "cuda": {{"N": {args.size}}}}}')
     rates: dict[tuple[int, str], tuple[float, float | None]] = {}
     offset = 0
-    modes = ["off", "on"] if args.zygote == "both" else [args.zygote]
+    modes = ["on"]  # children forked from the zygote (there is no other way in production)
     for workers in args.workers:
         for mode in modes:
-            os.environ["KERNELCOURT_ZYGOTE"] = "1" if mode == "on" else "0"
             count = max(args.candidates, args.rounds * workers)
             label = (f"{workers} worker(s)" + (" through Ray" if args.pool == "ray" else "")
                      + (f", children {'forked from the zygote' if mode == 'on' else 'started with python -m'}"

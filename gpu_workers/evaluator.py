@@ -12,7 +12,6 @@ import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +30,9 @@ from .reward import compute_reward, resolve_reward_config
 from .rules import default_rule_set, make_finding, static_scan, validate_rule_set
 from .sandbox import process as sandbox
 from .sandbox import refpool
-from .sandbox.gpuslot import GpuSlot, SlotUse, contexts_held, gpu_slot
+from .sandbox.gpuslot import GpuSlot, SlotUse, gpu_slot
 from .schema import EvalRequest, EvalResult, Finding
+from .settings import EvaluatorSettings, current
 from .tasks import KernelFileError, validate_kernel_source, validate_task_source
 
 INIT_CONFIGS = 2
@@ -58,26 +58,16 @@ def max_timed_iterations(device: str) -> int:
     return 1000 if device == "cuda" else rotations_for(device)
 
 
-def settle_within() -> float:
-    """How precisely a timing's median must be known (relative, at 95%) before the timing stops
-    early, for candidates and baselines alike: ``KERNELCOURT_SETTLE_WITHIN`` (default 0.01). Looser
-    holds each GPU alone for less time; the budget still caps a timing either way."""
-    try:
-        value = float(os.environ.get("KERNELCOURT_SETTLE_WITHIN", "0.01"))
-    except ValueError:
-        return 0.01
-    return min(max(value, 0.0), 0.5)
-
-
-def timing_options(hardware: dict[str, Any]) -> dict[str, Any]:
-    """The operator's timing switches, handed to every child that times (reference and candidate):
-    ``settle_within``, ``spin_waits`` (``KERNELCOURT_TIMING_SPIN``, default on: see timinghost.SpinWaits)
-    and ``cpus``: with ``KERNELCOURT_TIMING_CPUS=gpu-local`` the timing thread runs on the CPUs of the
-    GPU's own NUMA node while it times (where the machine has more than one node; default: anywhere)."""
-    options: dict[str, Any] = {"settle_within": settle_within(),
-                               "spin_waits": os.environ.get("KERNELCOURT_TIMING_SPIN", "1") != "0",
+def timing_options(hardware: dict[str, Any], settings: EvaluatorSettings) -> dict[str, Any]:
+    """The operator's timing settings, handed to every child that times (reference and candidate):
+    ``settle_within`` (how precisely a timing's median must be known, relative, at 95%, before it
+    stops early; looser holds each GPU alone for less time, the budget caps it either way) and
+    ``cpus``: with ``timing_cpus="gpu-local"`` the timing thread runs on the CPUs of the GPU's own NUMA
+    node while it times (where the machine has more than one node; default: anywhere). A CUDA timing
+    always spins on the GPU (timinghost.SpinWaits)."""
+    options: dict[str, Any] = {"settle_within": settings.settle_within, "spin_waits": True,
                                "e2e_rotations": E2E_ROTATIONS}
-    if os.environ.get("KERNELCOURT_TIMING_CPUS", "") == "gpu-local":
+    if settings.timing_cpus == "gpu-local":
         mine = os.sched_getaffinity(0)
         local = set((hardware.get("gpu") or {}).get("local_cpus") or ()) & mine
         if local and local != mine:
@@ -154,7 +144,7 @@ def _task_fact_path(request: EvalRequest, hardware: dict[str, Any], profile: str
 
 
 def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | None,
-               slot: SlotUse, timeline: Timeline, cpu: CpuUse) -> dict[str, Any]:
+               slot: SlotUse, timeline: Timeline, cpu: CpuUse, settings: EvaluatorSettings) -> dict[str, Any]:
     """Inputs, reference outputs and baseline timings from the trusted reference child."""
     own_cpu = time.thread_time()
     seeds = {
@@ -177,11 +167,11 @@ def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | No
     setup = {"task_source": request.task_source, "profile": profile, "device": _device_string(request),
              "seeds": seeds, "baselines": wanted, "count_flops": flops_cached is None,
              "timing_budget_s": request.timing_budget_s, "max_iters": max_timed_iterations(request.device),
-             **timing_options(hardware), "threads": threads_for(request)}
+             **timing_options(hardware, settings), "threads": threads_for(request)}
     env = child_env(request, hardware, None, hide_gpu=False)
     child, reused = refpool.borrow(env, request.memory_limit_mb)
     child_cpu = (child.cpu_seconds() or 0.0) if reused else 0.0
-    setup["serve"] = refpool.enabled()  # after its done, the child waits for the next evaluation's setup
+    setup["serve"] = settings.reference_reuse  # after its done, the child waits for the next evaluation's setup
     timeline.mark("reference: reused" if reused else "reference: started")
     clean = False
     try:
@@ -294,16 +284,15 @@ def _spawn_candidate(request: EvalRequest, hardware: dict[str, Any], build: Buil
 
 def _warm_candidate(request: EvalRequest, hardware: dict[str, Any], child: sandbox.Child, slot: SlotUse,
                     timeline: Timeline) -> None:
-    """The candidate child makes its CUDA context while the compile runs (holding the GPU shared
-    only where ``gpuslot.contexts_held()``); no task or candidate code runs in it yet."""
-    with gpu_slot(hardware, slot) if contexts_held() else nullcontext() as gpu:
-        child.send({"warm": _device_string(request)})
-        try:
-            message = child.recv(time.monotonic() + request.run_timeout_s)
-        except sandbox.ChildError as exc:
-            raise child_failure(exc, child, "starting the candidate process", request.run_timeout_s) from None
-        if gpu is not None:
-            gpu.release("candidate: warm")
+    """The candidate child makes its CUDA context while the compile runs, without the GPU slot: the
+    driver does that work on the CPU (a second and more on a busy node, which a waiting timer would
+    wait for), and neighbours making and ending contexts moved a timed kernel's median by
+    0.989-1.004x on the H200 (bench/context_interference.py). No task or candidate code runs in it yet."""
+    child.send({"warm": _device_string(request)})
+    try:
+        message = child.recv(time.monotonic() + request.run_timeout_s)
+    except sandbox.ChildError as exc:
+        raise child_failure(exc, child, "starting the candidate process", request.run_timeout_s) from None
     if message.get("phase") != "warm":
         raise PhaseFailure("runtime_error", f"the candidate process answered {message.get('phase')!r} "
                            "to its warm-up", child.log_tail())
@@ -312,7 +301,7 @@ def _warm_candidate(request: EvalRequest, hardware: dict[str, Any], child: sandb
 
 def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, Any],
                rule_set: dict[str, Any], compile_deferred: bool, slot: SlotUse, hardware: dict[str, Any],
-               timeline: Timeline, cpu: CpuUse) -> tuple[judge.Evidence, str]:
+               timeline: Timeline, cpu: CpuUse, settings: EvaluatorSettings) -> tuple[judge.Evidence, str]:
     """Run the candidate child and collect its observations in strict protocol order."""
     import torch
 
@@ -330,7 +319,7 @@ def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, 
         "seeds": {k: reference["seeds"][k] for k in ("trials", "rotations", "after")},
         "timing_budget_s": request.timing_budget_s,
         "max_iters": max_timed_iterations(request.device),
-        **timing_options(hardware),
+        **timing_options(hardware, settings),
         "threads": threads_for(request),
         "trace_ops": True,
         "poison_bytes": 2 * out_bytes,
@@ -391,8 +380,7 @@ def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, 
                     evidence.after = message["after"]
                     evidence.again = message["again"]
                 elif phase == "done":
-                    if not contexts_held():  # its GPU work is over: only its exit is left
-                        gpu.release("candidate: done")
+                    gpu.release("candidate: done")  # its GPU work is over: only its exit is left
                     evidence.patched.extend(message.get("patched", []))
                     evidence.blocked.extend(message.get("blocked", []))
                     cpu.add("candidate", child.cpu_seconds())
@@ -554,7 +542,8 @@ def _judge(request: EvalRequest, rule_set: dict[str, Any], hardware: dict[str, A
 
 
 def _finish(result: EvalResult, findings: list[Finding], request: EvalRequest, rule_set: dict[str, Any],
-            reward_cfg: dict[str, Any], started: float, hardware: dict[str, Any] | None) -> EvalResult:
+            reward_cfg: dict[str, Any], started: float, hardware: dict[str, Any] | None,
+            settings: EvaluatorSettings) -> EvalResult:
     result.findings = _dedupe(findings)
     if any(f.severity == "reject" for f in result.findings) and result.status in ("passed", "incorrect"):
         rejects = [f for f in result.findings if f.severity == "reject"]
@@ -566,6 +555,7 @@ def _finish(result: EvalResult, findings: list[Finding], request: EvalRequest, r
     result.rule_set = {"name": rule_set.get("name", request.track), "version": rule_set.get("version", "")}
     result.reward_config = {"name": reward_cfg.get("name", ""), "version": reward_cfg.get("version", "")}
     result.hardware = hardware or {}
+    result.settings = {"evaluator": settings.to_dict(), "rule_set": rule_set, "reward_config": reward_cfg}
     result.reward = compute_reward(result, reward_cfg)
     result.duration_s = round(time.monotonic() - started, 3)
     return result
@@ -586,8 +576,10 @@ def _progress(slot: SlotUse, timeline: Timeline, cpu: CpuUse) -> dict[str, Any]:
     return {"gpu_slot": slot.to_dict(), "timeline": timeline.events, "cpu_s": cpu.to_dict()}
 
 
-def evaluate(request: EvalRequest) -> EvalResult:
-    """Evaluate one candidate. Raises TaskError only for an unusable task file."""
+def evaluate(request: EvalRequest, settings: EvaluatorSettings | None = None) -> EvalResult:
+    """Evaluate one candidate under ``settings`` (default: this process's, ``settings.current()``).
+    Raises TaskError only for an unusable task file."""
+    settings = current() if settings is None else settings
     started = time.monotonic()
     rule_set = validate_rule_set(request.rule_set or default_rule_set(request.track))
     reward_cfg = resolve_reward_config(request.reward_config)
@@ -597,7 +589,7 @@ def evaluate(request: EvalRequest) -> EvalResult:
 
     def stop(status: str, message: str, findings: list[Finding] | None = None, **fields: Any) -> EvalResult:
         return _finish(EvalResult(status=status, message=message, **fields), findings or [], request,
-                       rule_set, reward_cfg, started, hardware)
+                       rule_set, reward_cfg, started, hardware, settings)
 
     try:
         validate_kernel_source(request.kernel_source)
@@ -623,7 +615,7 @@ def evaluate(request: EvalRequest) -> EvalResult:
         # Compiling (CPU work), the reference (trusted, device work) and the candidate child's CUDA
         # context overlap.
         with ThreadPoolExecutor(max_workers=3, thread_name_prefix="ka-phase") as phases:
-            reference_job = phases.submit(_reference, request, hardware, profile, slot, timeline, cpu)
+            reference_job = phases.submit(_reference, request, hardware, profile, slot, timeline, cpu, settings)
             warm_job = (phases.submit(_warm_candidate, request, hardware, candidate_child, slot, timeline)
                         if request.device == "cuda" else None)
             try:
@@ -640,7 +632,7 @@ def evaluate(request: EvalRequest) -> EvalResult:
             raise warm_error
         reference = reference_job.result()
         evidence, run_log = _candidate(request, candidate_child, reference, rule_set, outcome.deferred, slot,
-                                       hardware, timeline, cpu)
+                                       hardware, timeline, cpu, settings)
     except PhaseFailure as failure:
         cpu.add("parent", time.thread_time() - own_cpu)
         logs = ({"compile_log": failure.log} if failure.status == "compile_error"
@@ -670,5 +662,5 @@ def evaluate(request: EvalRequest) -> EvalResult:
         # refusal already took away what was reached for; an uncaught one is a sandbox_violation.
         result.run_log = (result.run_log + "\n[judge] refused in candidate code: "
                           + ", ".join(sorted(set(evidence.blocked))[:8])).strip()
-    return _finish(result, static + dynamic, request, rule_set, reward_cfg, started, hardware)
+    return _finish(result, static + dynamic, request, rule_set, reward_cfg, started, hardware, settings)
 

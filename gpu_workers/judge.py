@@ -7,7 +7,6 @@ candidate child's observations (op traces, thread counts, timings) into findings
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +14,7 @@ import torch
 
 from .rules import make_finding
 from .schema import Finding
+from .settings import current
 
 
 @dataclass
@@ -35,10 +35,7 @@ def limit_threads() -> int:
     per operation, and their waits cost more CPU than the comparisons themselves. Parallelism comes
     from the concurrent evaluations. Process-wide: torch has no per-call setting, and a thread takes
     the cap when it first runs an op."""
-    try:
-        cap = max(1, int(os.environ.get("KERNELCOURT_JUDGE_THREADS", "1")))
-    except ValueError:
-        cap = 1
+    cap = current().judge_threads
     if torch.get_num_threads() > cap:
         torch.set_num_threads(cap)
     return cap

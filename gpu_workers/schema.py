@@ -127,6 +127,7 @@ class EvalResult:
     trials_passed: int = 0
     trials: int = 0
     hardware: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)  # {"evaluator": EvaluatorSettings, "rule_set", "reward_config"}
     rule_set: dict[str, Any] = field(default_factory=dict)  # {"name", "version"}
     reward_config: dict[str, Any] = field(default_factory=dict)  # {"name", "version"}
     track: str = "strict"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .build.toolchain import cache_root
+from .settings import current
 
 # What a timing means (timing.time_callable and its L2 flush). Kept baselines are keyed on it, so a
 # baseline timed the old way is never set against a candidate timed the new way.
@@ -27,11 +28,8 @@ DEFAULT_SAMPLES = 3
 
 def samples() -> int:
     """How many evaluations time a baseline before its fastest sample stands
-    (``KERNELCOURT_BASELINE_SAMPLES``, at least 1)."""
-    try:
-        return max(1, int(os.environ.get("KERNELCOURT_BASELINE_SAMPLES", DEFAULT_SAMPLES)))
-    except ValueError:
-        return DEFAULT_SAMPLES
+    (``EvaluatorSettings.baseline_samples``)."""
+    return current().baseline_samples
 
 
 def fact_path(parts: list[str], name: str) -> Path:

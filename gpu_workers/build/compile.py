@@ -20,6 +20,7 @@ from typing import Any
 from ..hardware import cuda_arch_list, visible_device
 from ..sandbox import process as sandbox
 from ..schema import EvalRequest
+from ..settings import current
 from .pch import pch_dir, pch_enabled
 from .toolchain import cache_root, extension_dir, needs_build, toolchain_id
 
@@ -80,7 +81,7 @@ def child_env(request: EvalRequest, hardware: dict[str, Any], build: BuildContex
         env["CUDA_VISIBLE_DEVICES"] = ""
     env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root() / "inductor")
     env["TRITON_CACHE_DIR"] = str(cache_root() / "triton")
-    env["KERNELCOURT_CACHE_DIR"] = str(cache_root())  # the light-build bridge lives there, built once
+    env.update(current().child_env())  # the cache (the light-build bridge lives there), the build paths
     env[f"KERNELCOURT_TOOLCHAIN_{request.device.upper()}"] = toolchain_id(request.device)  # names the bridge
     return env
 
@@ -156,7 +157,6 @@ def compile_candidate(request: EvalRequest, hardware: dict[str, Any], build: Bui
 _PER_BUILD_ENV = ("TORCH_EXTENSIONS_DIR", "CPATH", "KERNELCOURT_LITE_PCH", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS",
                   "OMP_NUM_THREADS", "MKL_NUM_THREADS", "KERNELCOURT_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
                   "KERNELCOURT_TOOLCHAIN_CPU", "KERNELCOURT_TOOLCHAIN_CUDA")
-_SWITCHES = ("KERNELCOURT_LITE", "KERNELCOURT_SPLIT", "KERNELCOURT_CONFINE")  # as the worker has them now
 _spares: list[tuple[int, sandbox.Child]] = []  # (the process that started it, the child)
 _spares_lock = threading.Lock()
 _in_flight = [0]  # compiles running in this process: keep one spare more than that ready
@@ -164,18 +164,14 @@ _in_flight = [0]  # compiles running in this process: keep one spare more than t
 
 def compile_nice() -> int:
     """How much lower the compile child (and the compilers it runs) is scheduled than the rest of an
-    evaluation: ``KERNELCOURT_COMPILE_NICE`` (default 10, 0 to 19). Compiles are the bulk of the CPU
-    work and wait for nobody; the children that time kernels or feed the GPU should get a core first
-    when there are more runnable processes than cores."""
-    try:
-        value = int(os.environ.get("KERNELCOURT_COMPILE_NICE", "10"))
-    except ValueError:
-        return 10
-    return min(max(value, 0), 19)
+    evaluation (``EvaluatorSettings.compile_nice``). Compiles are the bulk of the CPU work and wait
+    for nobody; the children that time kernels or feed the GPU should get a core first when there are
+    more runnable processes than cores."""
+    return current().compile_nice
 
 
 def max_spares() -> int:
-    return int(os.environ.get("KERNELCOURT_COMPILE_SPARES", "16"))
+    return current().compile_spares
 
 
 def _spawn_compile_child() -> sandbox.Child:
@@ -234,7 +230,7 @@ def _run_compile_child(request: EvalRequest, hardware: dict[str, Any], build: Bu
     env = child_env(request, hardware, build, hide_gpu=True)
     with child:
         setup_env: dict[str, str | None] = {k: v for k, v in env.items() if k in _PER_BUILD_ENV}
-        setup_env.update({k: os.environ.get(k) for k in _SWITCHES})
+        setup_env.update(current().child_env())
         child.send({"kernel_source": request.kernel_source, "env": setup_env, "spare": spare,
                     "device": request.device, "nice": compile_nice()})
         try:

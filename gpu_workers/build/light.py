@@ -81,7 +81,8 @@ class LitePlan:
 
 def enabled() -> bool:
     """Light builds are tried in this process: one of our children (it has an extensions folder),
-    unless ``KERNELCOURT_LITE=0``."""
+    unless its parent turned them off (``KERNELCOURT_LITE=0`` in the child's environment, written by
+    the parent from its settings: ``EvaluatorSettings.child_env``)."""
     return os.environ.get("KERNELCOURT_LITE", "1") != "0" and bool(os.environ.get("TORCH_EXTENSIONS_DIR"))
 
 

@@ -24,6 +24,7 @@ import threading
 from functools import lru_cache
 from pathlib import Path
 
+from ..settings import current
 from .light import INCLUDE, host_flags
 
 
@@ -78,8 +79,8 @@ def pch_flags(device: str) -> list[str]:
 
 
 def pch_enabled() -> bool:
-    """``KERNELCOURT_PCH=0`` turns the precompiled header off (builds then run as plain ``load_inline``)."""
-    return os.environ.get("KERNELCOURT_PCH", "1") != "0"
+    """``EvaluatorSettings.pch`` off: no precompiled header (builds then run as plain ``load_inline``)."""
+    return current().pch
 
 
 _building: dict[Path, threading.Thread] = {}  # this process's background header builds, by folder

@@ -12,12 +12,14 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
+from ..settings import current
+
 _BUILD_MARKERS = ("cpp_extension", "load_inline", "torch.utils.cpp", "cupy", "triton", "ctypes", "cffi", "numba")
 
 
 
 def cache_root() -> Path:
-    root = Path(os.environ.get("KERNELCOURT_CACHE_DIR") or Path.home() / ".cache" / "kernelcourt")
+    root = Path(current().cache_dir)  # in a child: the folder its parent named (settings.child_env)
     root.mkdir(parents=True, exist_ok=True)
     return root
 

@@ -13,7 +13,7 @@ threads started later and for any process the child starts; it cannot be undone.
 Landlock applies to the thread that asks and to what it starts afterwards, so a child confines itself
 while it is the only thread it has (at its start, or before the candidate's code, whichever its role
 allows: see ``child``). Where the kernel has no Landlock (or a container filters its system calls),
-``confine_writes`` says so and the child goes on unconfined. ``KERNELCOURT_CONFINE=0`` turns it off.
+``confine_writes`` says so and the child goes on unconfined.
 """
 
 from __future__ import annotations
@@ -36,10 +36,6 @@ _REMOVE_FILE = 1 << 5
 _MAKE_CHAR, _MAKE_DIR, _MAKE_REG, _MAKE_SOCK, _MAKE_FIFO, _MAKE_BLOCK, _MAKE_SYM = (1 << i for i in range(6, 13))
 _REFER = 1 << 13  # ABI 2: renaming and linking across folders
 _TRUNCATE = 1 << 14  # ABI 3
-
-
-def enabled() -> bool:
-    return os.environ.get("KERNELCOURT_CONFINE", "1") != "0"
 
 
 def _libc() -> ctypes.CDLL:
@@ -69,8 +65,6 @@ def confine_writes(allowed: Iterable[str | os.PathLike[str]]) -> str:
     """Restrict this thread (and what it starts from now on) to writing beneath ``allowed``; missing
     folders are skipped. Returns what was done, for the child's log: ``"confined: ..."`` or
     ``"not confined: <why>"``. Never raises."""
-    if not enabled():
-        return "not confined: KERNELCOURT_CONFINE=0"
     abi = abi_version()
     if abi <= 0:
         return "not confined: this kernel has no Landlock"

@@ -119,7 +119,7 @@ def role_reference(setup: dict[str, Any], send: Sender) -> None:
 
     _reference_work(setup, send)
     send("done")
-    # After the done, so outside the slot (as a context's end is: gpuslot.contexts_held): a child kept
+    # After the done, so outside the slot (as a candidate context's end is): a child kept
     # for the next evaluation holds no GPU memory while it waits.
     try:
         gc.collect()

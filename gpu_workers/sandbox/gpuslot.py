@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..build.toolchain import cache_root
+from ..settings import current
 
 
 @dataclass
@@ -69,27 +70,9 @@ class SlotUse:
                 "stretches": {step: list(values) for step, values in self.stretches.items()}}
 
 
-def exclusive() -> bool:
-    return os.environ.get("KERNELCOURT_GPU_EXCLUSIVE", "1") != "0"
-
-
-def contexts_held() -> bool:
-    """Whether a candidate child makes its CUDA context (its warm-up) and ends it (its exit) with the
-    GPU held shared. Off unless ``KERNELCOURT_GPU_HOLD_CONTEXTS=1``: the driver does that work on the
-    CPU, and on a busy node it takes over a second (median 1.3 s, 90th percentile 3.6–4.1 s on the
-    H200's 16 cores), which a waiting timer would wait for. On the H200, with idle contexts of other
-    processes present as on any busy node, neighbours making and ending contexts moved a timed
-    memory-bound kernel's median by 0.989–1.004x against neighbours loading the CPU alike (three runs of
-    bench/context_interference.py; docs/benchmarks.md). The child allocates and runs nothing of the
-    task's or the candidate's before its turn, which it takes under the slot."""
-    return os.environ.get("KERNELCOURT_GPU_HOLD_CONTEXTS", "0") == "1"
-
-
 def shared_max() -> int:
-    try:
-        return max(0, int(os.environ.get("KERNELCOURT_GPU_SHARED_MAX", "0") or 0))
-    except ValueError:
-        return 0
+    """At most this many evaluations' children work on one GPU at once (0: no cap)."""
+    return current().gpu_shared_max
 
 
 def slot_name(hardware: dict[str, Any]) -> str:
@@ -103,7 +86,7 @@ class GpuSlot:
     exclusive for timing."""
 
     def __init__(self, hardware: dict[str, Any], use: SlotUse | None = None):
-        self.active = exclusive()
+        self.active = True
         self.use = use if use is not None else SlotUse()
         self._lock = self._turnstile = self._want = -1
         self._seats: list[int] = []
@@ -237,8 +220,7 @@ class GpuSlot:
 
 @contextmanager
 def gpu_slot(hardware: dict[str, Any], use: SlotUse | None = None, mode: str = "shared") -> Iterator[GpuSlot]:
-    """Hold the device for the block, shared or exclusive (a no-op with KERNELCOURT_GPU_EXCLUSIVE=0);
-    the slot can switch modes inside the block."""
+    """Hold the device for the block, shared or exclusive; the slot can switch modes inside the block."""
     slot = GpuSlot(hardware, use)
     try:
         slot.exclusive() if mode == "exclusive" else slot.shared()

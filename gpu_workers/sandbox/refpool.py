@@ -22,6 +22,7 @@ import threading
 import time
 from typing import Any
 
+from ..settings import current
 from . import process as sandbox
 from .gpuslot import SlotUse, gpu_slot
 
@@ -32,7 +33,7 @@ _LOCK = threading.Lock()
 
 
 def enabled() -> bool:
-    return os.environ.get("KERNELCOURT_REFERENCE_REUSE", "1") != "0"
+    return current().reference_reuse
 
 
 def _key(env_extra: dict[str, str], memory_limit_mb: int) -> tuple[Any, ...]:

@@ -13,8 +13,8 @@ The zygote is its children's parent: it reaps them and reports each exit status 
 where ``ForkedProcess`` stands in for ``subprocess.Popen``. It exits when the worker's end of its
 socket closes (the worker died or shut it down), and its children die with it (they ask for SIGKILL
 when their parent dies). One zygote per worker process (a forked worker starts its own) and per
-import-time environment. ``KERNELCOURT_ZYGOTE=0`` turns it off; if it cannot start, children are
-started with ``python -m`` as before and the reason is logged once.
+import-time environment. If it cannot start, children are started with ``python -m`` and the reason
+is logged once.
 """
 
 from __future__ import annotations
@@ -44,10 +44,6 @@ _START_TIMEOUT_S = 120.0
 
 class ZygoteError(RuntimeError):
     pass
-
-
-def enabled() -> bool:
-    return os.environ.get("KERNELCOURT_ZYGOTE", "1") != "0"
 
 
 # ---- the worker's side ---------------------------------------------------------------------
@@ -207,10 +203,8 @@ _failed_at: list[float] = []  # when the last zygote failed to start: no retry f
 
 
 def zygote_for(base_env: dict[str, str]) -> Zygote | None:
-    """This process's zygote for this import environment, started on first use; None when it is
-    switched off or cannot start (then the caller starts children with ``python -m``)."""
-    if not enabled():
-        return None
+    """This process's zygote for this import environment, started on first use; None when it
+    cannot start (then the caller starts children with ``python -m``)."""
     key = (os.getpid(), tuple((k, base_env.get(k, "")) for k in _IMPORT_ENV))
     with _zygotes_lock:
         for other in [k for k in _zygotes if k[0] != os.getpid()]:

@@ -18,6 +18,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..settings import current
+
 WARM_UP_SOURCE = "# the worker's warm-up: no candidate code here; the compile child loads or builds the bridge\n"
 
 
@@ -100,8 +102,9 @@ def warm_up_in_background(device: str, gpu_index: int | None = None, who: str = 
 
 
 def configured_device(value: Any = None) -> str | None:
-    """The device named by ``KERNELCOURT_WARM_UP`` (``cuda``, ``cpu``; empty or ``0``: none)."""
-    name = str(os.environ.get("KERNELCOURT_WARM_UP", "") if value is None else value).strip().lower()
+    """The device named by ``value``, else by ``EvaluatorSettings.warm_up`` (``cuda``, ``cpu``; empty or
+    ``0``: none)."""
+    name = str(current().warm_up if value is None else value).strip().lower()
     if name in ("", "0", "no", "off", "none"):
         return None
     if name not in ("cuda", "cpu"):

@@ -25,6 +25,17 @@ def kernelcourt_cache_dir():
         yield path
 
 
+@pytest.fixture(autouse=True)
+def fresh_settings():
+    """Each test is a fresh process as far as the settings go: read from the environment (as the test
+    set it) on their first use in the test, not kept from the one before."""
+    from gpu_workers import settings
+
+    settings.current.cache_clear()
+    yield
+    settings.current.cache_clear()
+
+
 @pytest.fixture(scope="session")
 def hacks_dir() -> Path:
     return HACKS

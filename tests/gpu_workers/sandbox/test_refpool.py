@@ -13,7 +13,7 @@ from gpu_workers.child import reference as child_reference
 from gpu_workers.sandbox import process as sandbox
 from gpu_workers.sandbox import refpool
 
-TASKS = Path(__file__).resolve().parent / "hacks" / "tasks"
+TASKS = Path(__file__).resolve().parents[1] / "hacks" / "tasks"
 KERNEL = """
 import torch
 import torch.nn as nn

@@ -243,7 +243,7 @@ def compare_with_plain_build(work: Path, folder: str, name: str, env_extra: dict
     work.mkdir(parents=True, exist_ok=True)
     (work / "compare.py").write_text(COMPARE_WITH_PLAIN)
     (work / "kernel.cu").write_text(TYPICAL)
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(work / "ext"), **env_extra}
     done = subprocess.run([sys.executable, str(work / "compare.py"), str(root), str(work / "kernel.cu"), folder, name],
                           env=env, capture_output=True, text=True, timeout=900)

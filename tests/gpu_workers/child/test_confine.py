@@ -14,8 +14,8 @@ import pytest
 from gpu_workers import EvalRequest, evaluate
 from gpu_workers.child import confine
 
-ROOT = Path(__file__).resolve().parents[2]
-TASKS = Path(__file__).resolve().parent / "hacks" / "tasks"
+ROOT = Path(__file__).resolve().parents[3]
+TASKS = Path(__file__).resolve().parents[1] / "hacks" / "tasks"
 
 pytestmark = pytest.mark.skipif(confine.abi_version() == 0, reason="this kernel has no Landlock")
 
@@ -127,13 +127,3 @@ def test_candidate_code_cannot_write_outside_its_own_folders(tmp_path, monkeypat
     assert (own / "triton" / "scratch").read_text() == "ok"
     assert "[kernelcourt] confined (Landlock ABI" in result.compile_log + result.run_log
 
-    # the same candidate unconfined: the writes land (what the confinement is what stops)
-    monkeypatch.setenv("KERNELCOURT_CONFINE", "0")
-    other = tmp_path / "outside-unconfined"
-    other.mkdir()
-    result = evaluate(_writer_request(other))
-    assert result.status == "passed", result.message
-    written = {p.name.split("-")[0] for p in other.iterdir()}
-    assert written == {"import", "forward"}  # the compile child and the candidate child both wrote
-    for poison in [*kernelcourt_cache_dir.glob("poison-*"), *neighbour.glob("poison-*")]:
-        poison.unlink()

@@ -42,7 +42,6 @@ def _facts(child: sandbox.Child) -> dict:
     raise AssertionError(child.log_tail())
 
 
-@pytest.mark.skipif(not zygote.enabled(), reason="KERNELCOURT_ZYGOTE=0")
 def test_a_forked_child_has_its_own_session_folder_environment_and_descriptors():
     with _run_compile_child(PROBE) as first, _run_compile_child(PROBE) as second:
         assert first.proc.wait(timeout=30) == 0 and second.proc.wait(timeout=30) == 0
@@ -60,7 +59,6 @@ def test_a_forked_child_has_its_own_session_folder_environment_and_descriptors()
         assert a["argv0"].endswith("child/main.py")
 
 
-@pytest.mark.skipif(not zygote.enabled(), reason="KERNELCOURT_ZYGOTE=0")
 def test_exit_codes_and_signals_come_back_as_popen_gives_them():
     child = sandbox.spawn("compile")
     with child:
@@ -78,7 +76,6 @@ def test_exit_codes_and_signals_come_back_as_popen_gives_them():
         assert killed.proc.returncode == -signal.SIGKILL
 
 
-@pytest.mark.skipif(not zygote.enabled(), reason="KERNELCOURT_ZYGOTE=0")
 def test_a_dead_zygote_is_replaced_and_its_running_children_end():
     first = zygote.zygote_for(sandbox.scrubbed_env())
     waiting = sandbox.spawn("compile")  # waits for its setup: alive until the zygote goes
@@ -92,14 +89,6 @@ def test_a_dead_zygote_is_replaced_and_its_running_children_end():
         assert child.proc.wait(timeout=30) == 0
         second = zygote.zygote_for(sandbox.scrubbed_env())
         assert second is not first and _facts(child)["ppid"] == second.proc.pid
-
-
-def test_switched_off_children_start_with_python_m(monkeypatch):
-    monkeypatch.setenv("KERNELCOURT_ZYGOTE", "0")
-    with _run_compile_child(PROBE) as child:
-        assert isinstance(child.proc, subprocess.Popen)
-        assert child.proc.wait(timeout=60) == 0
-        assert _facts(child)["ppid"] == os.getpid()
 
 
 def test_the_zygote_imports_nothing_that_asks_cuda_for_its_devices_and_a_child_does_before_its_setup():

@@ -93,8 +93,7 @@ def test_no_child_outlives_its_evaluation(fault_results):
 
 
 def test_faulting_children_leave_the_zygote_running(fault_results):
-    if zygote.enabled():
-        assert fault_results["_zygotes_alive"] == [True]
+    assert fault_results["_zygotes_alive"] == [True]
 
 
 def test_hang_in_forward_is_a_timeout(fault_results):
@@ -150,9 +149,9 @@ def test_the_compile_child_runs_below_the_rest_of_the_evaluation_and_children_in
     assert f"module run at niceness {min(base + 7, 19)}" in result.compile_log  # and the compilers it starts
     assert f"module run at niceness {base}" in result.run_log  # the candidate child, which times, is not lowered
     assert result.timing_stats["cpu_s"]["compile"] > 0  # the compile child's CPU, counted
-    if zygote.enabled():  # what the zygote imported is frozen: a child's collections never walk (or copy) it
-        frozen = [int(line.rsplit(" ", 1)[1]) for line in result.run_log.splitlines() if "frozen objects:" in line]
-        assert frozen and frozen[0] > 10_000, result.run_log[-2000:]
+    # what the zygote imported is frozen: a child's collections never walk (or copy) it
+    frozen = [int(line.rsplit(" ", 1)[1]) for line in result.run_log.splitlines() if "frozen objects:" in line]
+    assert frozen and frozen[0] > 10_000, result.run_log[-2000:]
 
 
 def test_syntax_error_is_a_compile_error_with_the_line():

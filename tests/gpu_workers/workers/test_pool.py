@@ -10,7 +10,7 @@ import pytest
 from gpu_workers import EvalRequest
 from gpu_workers.workers.pool import LocalPool
 
-TASK = (Path(__file__).resolve().parent / "hacks" / "tasks" / "scale_relu.py").read_text()
+TASK = (Path(__file__).resolve().parents[1] / "hacks" / "tasks" / "scale_relu.py").read_text()
 OPEN_KERNEL = '''
 import torch
 import torch.nn as nn

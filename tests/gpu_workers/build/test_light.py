@@ -232,7 +232,7 @@ def test_light_plans_follow_load_inline_arguments(tmp_path, monkeypatch):
 
 
 def test_cuda_sources_plan_the_split_light_build_first_then_the_whole_one(tmp_path, monkeypatch):
-    from tests.gpu_workers.test_splitbuild import TYPICAL
+    from tests.gpu_workers.build.test_split import TYPICAL
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     args = {"name": "ext_c", "cpp_sources": "torch::Tensor scaled_relu(torch::Tensor x, double scale);",
@@ -302,7 +302,7 @@ class _Captured(Exception):
     ("kernelcourt-lite", "ka_lite_whole", {"KERNELCOURT_SPLIT": "0"}),  # the whole .cu against light headers
 ])
 def test_a_cuda_extension_builds_light_and_matches_the_plain_build(folder, name, env, tmp_path_factory):
-    from tests.gpu_workers.test_splitbuild import compare_with_plain_build
+    from tests.gpu_workers.build.test_split import compare_with_plain_build
 
     print(compare_with_plain_build(tmp_path_factory.getbasetemp() / "compare", folder, name, env))
 

@@ -1,7 +1,7 @@
 """Faults at scale on a real GPU: an illegal memory access and a hung kernel in a mixed batch cost
 their own evaluations only; the honest kernels queued around them pass.
 
-Run on the GPU machine: ``pytest -m gpu tests/gpu_workers/test_gpu_faults.py``.
+Run on the GPU machine: ``pytest -m gpu tests/gpu_workers/test_evaluator_gpu.py``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import torch
 
 from gpu_workers.child import timing, timinghost
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 PROBE = r'''
 import sys
@@ -77,19 +77,6 @@ def test_work_outside_the_forwards_stream_is_what_host_and_kernel_side_cannot_ex
     assert timing._outside_work(net_ms=0.03 + 0.15 + 0.008, host_ms=0.03, kernel_ms=0.15)
 
 
-def test_how_precisely_a_median_must_be_known_is_the_operators_choice_within_bounds(monkeypatch):
-    from gpu_workers.evaluator import settle_within
-
-    monkeypatch.delenv("KERNELCOURT_SETTLE_WITHIN", raising=False)
-    assert settle_within() == 0.01
-    monkeypatch.setenv("KERNELCOURT_SETTLE_WITHIN", "0.02")
-    assert settle_within() == 0.02
-    monkeypatch.setenv("KERNELCOURT_SETTLE_WITHIN", "7")
-    assert settle_within() == 0.5  # never so loose that any two iterations would do
-    monkeypatch.setenv("KERNELCOURT_SETTLE_WITHIN", "two percent")
-    assert settle_within() == 0.01
-
-
 def test_spin_waits_change_nothing_off_cuda():
     with timinghost.SpinWaits(torch.device("cpu")) as waits:
         assert waits.mode == "default"
@@ -115,7 +102,7 @@ def test_a_cuda_timing_spins_while_it_waits_and_gives_the_context_its_flags_back
     stats = timing.time_callable(torch.neg, [x], [[torch.randn_like(x)]], device, budget_s=0.05, max_iters=50)
     assert stats["host_waits"] == "spin" and timinghost.context_sched_flags() == before
     stats = timing.time_callable(torch.neg, [x], [[torch.randn_like(x)]], device, budget_s=0.05, max_iters=50,
-                                  spin_waits=False)  # KERNELCOURT_TIMING_SPIN=0
+                                  spin_waits=False)
     assert stats["host_waits"] == "default" and timinghost.context_sched_flags() == before
 
 
@@ -233,15 +220,15 @@ def test_a_timing_can_be_held_to_some_cpus_and_gets_its_own_back():
 
 def test_timings_move_to_the_gpus_node_only_when_asked_and_only_where_there_is_another(monkeypatch):
     from gpu_workers.evaluator import timing_options
+    from gpu_workers.settings import EvaluatorSettings
 
     mine = sorted(os.sched_getaffinity(0))
     some = {"gpu": {"local_cpus": mine[:1]}}
-    monkeypatch.delenv("KERNELCOURT_TIMING_CPUS", raising=False)
-    assert "cpus" not in timing_options(some) and timing_options(some)["spin_waits"] is True
-    monkeypatch.setenv("KERNELCOURT_TIMING_CPUS", "gpu-local")
+    anywhere, local = EvaluatorSettings(), EvaluatorSettings(timing_cpus="gpu-local", settle_within=0.02)
+    assert "cpus" not in timing_options(some, anywhere) and timing_options(some, anywhere)["spin_waits"] is True
+    assert timing_options(some, anywhere)["settle_within"] == 0.01
+    assert timing_options(some, local)["settle_within"] == 0.02
     if len(mine) > 1:
-        assert timing_options(some)["cpus"] == mine[:1]
-    assert "cpus" not in timing_options({"gpu": {"local_cpus": mine}})  # one node: nowhere better to go
-    assert "cpus" not in timing_options({"device": "cpu"})
-    monkeypatch.setenv("KERNELCOURT_TIMING_SPIN", "0")
-    assert timing_options({})["spin_waits"] is False
+        assert timing_options(some, local)["cpus"] == mine[:1]
+    assert "cpus" not in timing_options({"gpu": {"local_cpus": mine}}, local)  # one node: nowhere better to go
+    assert "cpus" not in timing_options({"device": "cpu"}, local)
