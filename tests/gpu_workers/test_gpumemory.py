@@ -6,7 +6,14 @@ import threading
 
 import pytest
 
-from gpu_workers.gpumemory import DoesNotFit, GpuLedger, classify_oom, evaluation_bytes, host_limit_mb, is_cuda_oom
+from gpu_workers.gpumemory import (
+    DoesNotFit,
+    GpuLedger,
+    classify_oom,
+    evaluation_bytes,
+    host_limit_mb,
+    is_cuda_oom,
+)
 
 GIB = 1 << 30
 
