@@ -234,6 +234,7 @@ def evaluation_run(*, evaluation_id: int) -> Evaluation | None:
             task_name=evaluation.kernel.task.name,
             baselines=tuple(settings.EVAL_BASELINES),
             trials=settings.EVAL_TRIALS,
+            max_elements=settings.EVAL_MAX_ELEMENTS,
             gpu_index=evaluation_gpu(evaluation_id=evaluation_id, device=evaluation.device),
         )
         if settings.EVAL_POOL == "ray":

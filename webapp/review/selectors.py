@@ -468,6 +468,7 @@ def regression_run(*, rule_sets: dict[str, dict] | None = None, full: bool = Fal
                     rule_set=rule_set,
                     baselines=("eager",),
                     trials=settings.EVAL_TRIALS,
+                    max_elements=settings.EVAL_MAX_ELEMENTS,
                 )
             )
             if result.status == "rejected":
