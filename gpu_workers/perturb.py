@@ -139,3 +139,14 @@ def perturbed_construction(seed: int) -> Iterator[_Perturber]:
 
     with Mode():
         yield state
+
+
+def construct(build: Any, seed: int | None) -> Any:
+    """``build()`` (a model's constructor call), under the perturbation of ``seed``; None: as is."""
+    if seed is None:
+        return build()
+    with perturbed_construction(seed) as state:
+        model = build()
+    if hasattr(model, "parameters"):
+        state.finish(model)
+    return model
