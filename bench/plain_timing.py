@@ -61,8 +61,8 @@ def plain_speedup(task_source: str, kernel_source: str, device: str, trials: int
                   max_elements: int | None = None, seed: int = 42) -> dict:
     import torch
 
+    from gpu_workers.child.size import apply_constants, constant_names, shrink, size_constants
     from gpu_workers.tasks import exec_source, load_task_module
-    from gpu_workers.tasksize import apply_constants, constant_names, shrink, size_constants
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -103,8 +103,8 @@ def main() -> int:
     args = parser.parse_args()
     from contextlib import nullcontext
 
-    from gpu_workers.gpuslot import gpu_slot
     from gpu_workers.hardware import hardware_info
+    from gpu_workers.sandbox.gpuslot import gpu_slot
 
     hardware = hardware_info(args.device, 0 if args.device == "cuda" else None)
     with gpu_slot(hardware, mode="exclusive") if args.device == "cuda" else nullcontext():

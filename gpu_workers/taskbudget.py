@@ -10,8 +10,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from . import gpumemory, sandbox, taskfacts
-from .build import PhaseFailure, cache_root, child_env, child_failure
+from . import taskfacts
+from .build.compile import PhaseFailure, child_env, child_failure
+from .build.toolchain import cache_root
+from .sandbox import gpumemory
+from .sandbox import process as sandbox
 from .schema import EvalRequest
 
 # A spawned child's address-space limit (the CPU) and a reused reference child's key: a task needs
@@ -73,7 +76,7 @@ def announced_bytes(request: EvalRequest, sizing: dict[str, Any], rotations: int
 
 def ledger_for(hardware: dict[str, Any]) -> gpumemory.GpuLedger | None:
     """This GPU's ledger (None on the CPU, or where the GPU's size is unknown)."""
-    from .gpuslot import slot_name
+    from .sandbox.gpuslot import slot_name
 
     capacity = int(hardware.get("memory_bytes") or 0)
     if hardware.get("device") != "cuda" or capacity <= 0:

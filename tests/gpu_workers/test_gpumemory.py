@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from gpu_workers.gpumemory import (
+from gpu_workers.sandbox.gpumemory import (
     DoesNotFit,
     GpuLedger,
     classify_oom,
@@ -66,7 +66,7 @@ def test_a_wait_past_its_timeout_says_what_is_held(tmp_path):
 
 def test_a_dead_process_holds_nothing(tmp_path):
     # given a process that reserved room and died without releasing it
-    code = ("import sys; from pathlib import Path; from gpu_workers.gpumemory import GpuLedger; "
+    code = ("import sys; from pathlib import Path; from gpu_workers.sandbox.gpumemory import GpuLedger; "
             f"GpuLedger('gpu0', {10 * GIB}, Path({str(tmp_path)!r}), margin=0.0).try_admit({8 * GIB})")
     subprocess.run([sys.executable, "-c", code], check=True)
     # then its entry is gone at the next read

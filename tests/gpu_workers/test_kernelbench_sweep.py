@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_workers.kernelbench import baseline_times, identity_candidate, task_files
+from gpu_workers.suite.kernelbench import baseline_times, identity_candidate, task_files
 
 REPO = Path(__file__).resolve().parents[2]
 ROOT = REPO / ".." / "shared" / "kernelbench"

@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gpu_workers.perturb import perturbed_construction
+from gpu_workers.child.perturb import perturbed_construction
 
 
 def _build(cls, seed: int, *args):

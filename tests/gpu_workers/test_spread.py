@@ -1,6 +1,6 @@
 """Spread of a timing and of a speedup: samples, median, quartiles, a distribution-free interval."""
 
-from gpu_workers.spread import lower_median, median_interval, speedup_interval, summary, tie
+from gpu_workers.child.spread import lower_median, median_interval, speedup_interval, summary, tie
 
 
 def test_summary_of_a_series():

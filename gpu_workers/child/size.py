@@ -225,10 +225,20 @@ def _changed(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {k: v for k, v in after.items() if before.get(k) != v}
 
 
+def role_size(setup: dict[str, Any], send: Any) -> None:
+    """The ``size`` role: the task's sizes on the meta device and the constants a bound scales."""
+    try:
+        sized = size_task(setup["task_source"], setup.get("profile"), setup.get("max_elements"))
+    except Exception as exc:  # noqa: BLE001 - task code: a message, not a crash
+        send("size_failed", error=f"{type(exc).__name__}: {exc}"[:3000])
+        return
+    send("sized", **sized)
+
+
 def size_task(source: str, profile: str | None, max_elements: int | None) -> dict[str, Any]:
     """The sizing a child reports: the constants that change (none without a bound) and the task's
     bytes at them. Loads the task (executing its code)."""
-    from .tasks import load_task_module
+    from ..tasks import load_task_module
 
     task = load_task_module(source, profile)
     constants = size_constants(task, constant_names(source))

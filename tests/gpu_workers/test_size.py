@@ -4,8 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_workers.tasks import load_task_module
-from gpu_workers.tasksize import (
+from gpu_workers.child.size import (
     SizeError,
     apply_constants,
     constant_names,
@@ -13,6 +12,7 @@ from gpu_workers.tasksize import (
     size_constants,
     size_task,
 )
+from gpu_workers.tasks import load_task_module
 
 KERNELBENCH = Path(__file__).resolve().parents[2] / ".." / "shared" / "kernelbench"
 
