@@ -8,11 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from gpu_workers import EvalRequest, evaluate
 from gpu_workers.hardware import hardware_info
 from gpu_workers.taskbudget import memory_limits, neighbour_oom, task_sizing
 
+needs_gpu = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 KERNELBENCH = Path(__file__).resolve().parents[2] / ".." / "shared" / "kernelbench"
 GIB = 1 << 30
 
@@ -85,7 +87,8 @@ def test_only_an_admitted_evaluations_cuda_oom_is_a_neighbours():
     assert not neighbour_oom("runtime_error", "RuntimeError: shape", {"admitted": True, "bytes": GIB})
 
 
-@pytest.mark.gpu
+@needs_gpu[0]
+@needs_gpu[1]
 def test_relu_at_its_published_size_passes_on_the_gpu(kernelcourt_cache_dir):
     # given level1/19_ReLU as published (a 6.4 GB input) and its identity candidate
     from gpu_workers.suite.kernelbench import identity_candidate
@@ -99,11 +102,10 @@ def test_relu_at_its_published_size_passes_on_the_gpu(kernelcourt_cache_dir):
     assert abs(result.speedup["eager"] - 1.0) <= 0.03
 
 
-@pytest.mark.gpu
+@needs_gpu[0]
+@needs_gpu[1]
 def test_an_oom_caused_by_a_neighbour_is_retried_as_infrastructure(kernelcourt_cache_dir):
     # given a process outside the ledger that holds all but 1 GiB of the GPU
-    import torch
-
     hog = subprocess.Popen([sys.executable, "-c", (
         "import sys, torch; free, _ = torch.cuda.mem_get_info(); "
         "x = torch.empty(free - (1 << 30), dtype=torch.uint8, device='cuda'); print('held', flush=True); "
@@ -123,4 +125,3 @@ def test_an_oom_caused_by_a_neighbour_is_retried_as_infrastructure(kernelcourt_c
     assert result.timing_stats["memory"]["admitted"] is True
     assert len(result.timing_stats["retries"]) == 3
     assert result.message.startswith("infrastructure: a CUDA out-of-memory caused by another process")
-    del torch
