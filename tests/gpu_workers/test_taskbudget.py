@@ -45,8 +45,9 @@ def _request(task: str, **fields) -> EvalRequest:
     return EvalRequest(task_source=task, kernel_source="class ModelNew: pass", **fields)
 
 
-def test_a_task_is_sized_by_its_child_once(kernelcourt_cache_dir):
-    # given a 6.4 GB task (a constant no other test uses, so nothing is kept yet)
+def test_a_task_is_sized_by_its_child_once(tmp_path, monkeypatch):
+    # given a 6.4 GB task and a cache that keeps nothing yet
+    monkeypatch.setenv("KERNELCOURT_CACHE_DIR", str(tmp_path))
     task = TASK.format(dim=393216 + 7)
     request = _request(task, max_elements=4096)
     hardware = hardware_info("cpu")
