@@ -53,8 +53,10 @@ def row_for(key: str, repeat: int, result: Any, wall_s: float) -> dict[str, Any]
         "baseline_samples_ms": {n: (stats.get(n) or {}).get("samples_ms") for n in ("eager", "compile")},
         "phases_s": _phase_seconds(stats.get("timeline") or []), "duration_s": result.duration_s,
         "wall_s": round(wall_s, 3), "gpu_exclusive_s": slot.get("exclusive_s"), "gpu_held_s": slot.get("held_s"),
-        "gpu_wait_s": slot.get("wait_s"), "cpu_s": stats.get("cpu_s"), "bytes": stats.get("task_bytes"),
-        "memory": stats.get("memory"), "retries": stats.get("retries"),
+        "gpu_wait_s": slot.get("wait_s"), "cpu_s": stats.get("cpu_s"),
+        "bytes": (stats.get("sizing") or {}).get("bytes"), "constants": (stats.get("sizing") or {}).get("constants"),
+        "speedup_interval": stats.get("speedup_interval"), "memory": stats.get("memory"),
+        "retries": stats.get("retries"),
     }
 
 
