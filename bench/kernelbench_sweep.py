@@ -170,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
 
-    from gpu_workers.suite.kernelbench import identity_candidate, task_files
     from gpu_workers.schema import EvalRequest
+    from gpu_workers.suite.kernelbench import identity_candidate, task_files
     from gpu_workers.workers.pool import LocalPool
 
     tasks = task_files(Path(args.root), args.levels, args.tasks)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_workers.suite.kernelbench import identity_candidate, task_files
 from gpu_workers.schema import EvalRequest
+from gpu_workers.suite.kernelbench import identity_candidate, task_files
 from gpu_workers.workers.pool import LocalPool
 
 ROOT = Path(__file__).resolve().parents[2] / ".." / "shared" / "kernelbench"
