@@ -306,8 +306,12 @@ def _spawn_candidate(request: EvalRequest, hardware: dict[str, Any], build: Buil
                      limits: dict[str, int]) -> sandbox.Child:
     """Started at the beginning of the evaluation: it imports torch while the compile and the
     reference run, then waits for its setup (no candidate code runs before that)."""
-    return sandbox.spawn("candidate", env_extra=child_env(request, hardware, build, hide_gpu=False),
-                         memory_limit_mb=limits["rss"], address_space_limit=request.device == "cpu")
+    child = sandbox.spawn("candidate", env_extra=child_env(request, hardware, build, hide_gpu=False),
+                          memory_limit_mb=limits["spawn"], address_space_limit=request.device == "cpu")
+    # the watchdog follows the task's own bytes; the address space (CPU) keeps room for torch's own
+    # reservations (thread stacks, inductor's compilers), which resident memory never shows
+    child.memory_limit_bytes = limits["rss"] << 20
+    return child
 
 
 def _warm_candidate(request: EvalRequest, hardware: dict[str, Any], child: sandbox.Child, slot: SlotUse,
