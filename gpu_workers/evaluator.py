@@ -672,7 +672,7 @@ def _evaluate_once(request: EvalRequest) -> EvalResult:
         rotations = rotations_for(request.device)
         limits = taskbudget.memory_limits(request, sizing, rotations)
         announced = taskbudget.announced_bytes(request, sizing, rotations)
-        budget["sizing"] = {k: sizing[k] for k in ("constants", "bytes")}
+        budget["sizing"] = {k: sizing[k] for k in ("constants", "bytes", "error") if k in sizing}
         budget["memory"] = {"limits_mb": limits, "announced": announced, "admitted": False}
         budget["memory"].update(admission.enter_context(taskbudget.admitted(request, hardware, announced["total"])))
         timeline.mark("gpu memory: admitted" if budget["memory"]["admitted"] else "gpu memory: not counted")

@@ -52,8 +52,14 @@ def task_sizing(request: EvalRequest, hardware: dict[str, Any], profile: str | N
     finally:
         child.close(wait_s=1)
     if message.get("phase") != "sized":
-        raise PhaseFailure("runtime_error", "the task cannot be sized: " + str(message.get("error", ""))[-2000:],
-                           child.log_tail())
+        error = str(message.get("error", ""))[-2000:]
+        if request.max_elements:
+            raise PhaseFailure("runtime_error", f"the task cannot be sized: {error}", child.log_tail())
+        # at its own sizes nothing needs scaling: the evaluation runs with the default limits, and
+        # the reference child reports what is wrong with the task if anything is
+        sizing = {"constants": {}, "bytes": {}, "error": error, "seconds": round(time.monotonic() - began, 3)}
+        taskfacts.keep_fact(path, sizing)
+        return {**sizing, "kept": False}
     sizing = {"constants": {str(k): int(v) for k, v in (message.get("constants") or {}).items()},
               "bytes": dict(message.get("bytes") or {}), "seconds": round(time.monotonic() - began, 3)}
     taskfacts.keep_fact(path, sizing)
@@ -66,11 +72,17 @@ def memory_limits(request: EvalRequest, sizing: dict[str, Any], rotations: int) 
     explicit ``memory_limit_mb`` is both; otherwise they follow the task's own bytes."""
     if request.memory_limit_mb:
         return {"rss": int(request.memory_limit_mb), "spawn": int(request.memory_limit_mb)}
+    if not sizing.get("bytes"):  # not measured (no meta kernel at a size too large to run for real)
+        return {"rss": DEFAULT_CEILING_MB, "spawn": DEFAULT_CEILING_MB}
     rss = gpumemory.host_limit_mb(sizing["bytes"], request.trials, rotations, request.device)
     return {"rss": rss, "spawn": max(rss, DEFAULT_CEILING_MB)}
 
 
 def announced_bytes(request: EvalRequest, sizing: dict[str, Any], rotations: int) -> dict[str, int]:
+    """What the evaluation announces to its GPU's ledger; nothing where the task was not measured
+    (admitted at once, and an out-of-memory is then its own)."""
+    if not sizing.get("bytes"):
+        return {"reference": 0, "candidate": 0, "total": 0}
     return gpumemory.evaluation_bytes(sizing["bytes"], request.trials, rotations)
 
 

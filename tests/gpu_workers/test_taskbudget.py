@@ -126,3 +126,21 @@ def test_an_oom_caused_by_a_neighbour_is_retried_as_infrastructure(kernelcourt_c
     assert result.timing_stats["memory"]["admitted"] is True
     assert len(result.timing_stats["retries"]) == 3
     assert result.message.startswith("infrastructure: a CUDA out-of-memory caused by another process")
+
+
+def test_a_task_that_cannot_be_measured_runs_with_the_default_limits(tmp_path, monkeypatch):
+    # given a task whose constructor reads a value (no meta kernel) and is too large to build for real
+    monkeypatch.setenv("KERNELCOURT_CACHE_DIR", str(tmp_path))
+    task = TASK.replace("    def forward(self, x):", "    def __init__(self):\n        super().__init__()\n"
+                        "        self.k = float(torch.linspace(0, 1, 3)[1].item())\n\n    def forward(self, x):")
+    request = _request(task.format(dim=393216))
+    sizing = task_sizing(request, hardware_info("cpu"), None)
+    # then it is not a failure: nothing is scaled, the default limits apply and nothing is announced
+    assert sizing["constants"] == {} and sizing["bytes"] == {}
+    assert "Tensor.item() cannot be called on meta tensors" in sizing["error"]
+    assert memory_limits(request, sizing, rotations=24) == {"rss": 16384, "spawn": 16384}
+    # with a bound, the same task cannot be scaled and says why
+    from gpu_workers.build.compile import PhaseFailure
+
+    with pytest.raises(PhaseFailure, match="the task does not build at its own sizes on the meta device"):
+        task_sizing(_request(task.format(dim=393216), max_elements=1024), hardware_info("cpu"), None)
