@@ -6,7 +6,8 @@
 # Steps (each time-boxed by NAME_S seconds, each writing NAME.log under $OUT as it goes, so a call cut off
 # at its limit still brings back what it finished):
 #   tests       every gpu-marked test (pytest -m gpu), results also as $OUT/junit.xml
-#   sweep       KernelBench identity sweep (bench/kernelbench_sweep.py): resumable; its JSONL is $OUT/sweep.jsonl,
+#   sweep       KernelBench identity sweep (bench/kernelbench_sweep.py; KERNELBENCH: the task folder, carried into the
+#               checkout since ../shared does not travel): resumable; its JSONL is $OUT/sweep.jsonl,
 #               seeded from SWEEP_RESUME (a JSONL from an earlier call) so a long sweep spans several calls
 #   compile     cold compile-and-load, ours against load_inline (bench/compile_speed.py)
 #   throughput  distinct 1M-element candidates through the local pool (bench/throughput.py)
@@ -38,7 +39,7 @@ for s in ${STEPS:-tests sweep}; do
         ${TESTS:-tests} ;;
     sweep)
       [ -n "${SWEEP_RESUME:-}" ] && [ -f "$SWEEP_RESUME" ] && cp "$SWEEP_RESUME" "$OUT/sweep.jsonl"
-      TAIL=30 step sweep "${SWEEP_S:-500}" python3 bench/kernelbench_sweep.py --kernelbench "${KERNELBENCH:-$( [ -d shared/kernelbench ] && echo shared/kernelbench || echo ../shared/kernelbench)}" \
+      TAIL=30 step sweep "${SWEEP_S:-500}" python3 bench/kernelbench_sweep.py --root "${KERNELBENCH:-$( [ -d shared/kernelbench ] && echo shared/kernelbench || echo ../shared/kernelbench)}" \
         --device cuda --workers "${SWEEP_WORKERS:-16}" --out "$OUT/sweep.jsonl" ${SWEEP_ARGS:-} ;;
     compile)
       step compile "${COMPILE_S:-200}" python3 bench/compile_speed.py --device cuda --candidates 1 --extra-ours 5 ;;

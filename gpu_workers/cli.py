@@ -52,7 +52,7 @@ def _request_from(args: argparse.Namespace, task: str, kernel: str, name: str = 
         profile=args.profile, trials=args.trials, atol=args.atol, rtol=args.rtol,
         baselines=tuple(args.baselines.split(",")) if args.baselines else ("eager", "compile"),
         timing_budget_s=args.timing_budget, compile_timeout_s=args.compile_timeout,
-        run_timeout_s=args.run_timeout, memory_limit_mb=args.memory_mb,
+        run_timeout_s=args.run_timeout, memory_limit_mb=args.memory_mb, max_elements=args.max_elements,
         rule_set=_load_json_arg(args.rule_set, "--rule-set"),
         reward_config=_load_json_arg(args.reward, "--reward") if args.reward and args.reward.strip().startswith(("{", "/", ".")) else args.reward,
     )
@@ -70,7 +70,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timing-budget", type=float, default=2.0, help="seconds per timed callable")
     p.add_argument("--compile-timeout", type=float, default=900.0)
     p.add_argument("--run-timeout", type=float, default=300.0)
-    p.add_argument("--memory-mb", type=int, default=16384)
+    p.add_argument("--memory-mb", type=int, default=None,
+                   help="each child's memory limit (default: from the task's own bytes)")
+    p.add_argument("--max-elements", type=int, default=None,
+                   help="scale the task's size constants down until no input, output or parameter has "
+                        "more elements (the task file is untouched)")
     p.add_argument("--rule-set", default=None, help="a rule set as a JSON file or JSON text")
     p.add_argument("--reward", default=None, help="reward config name or JSON")
 

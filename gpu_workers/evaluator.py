@@ -12,10 +12,11 @@ import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 from typing import Any
 
-from . import judge, taskfacts
+from . import judge, taskbudget, taskfacts
 from .build.compile import (
     BuildContext,
     PhaseFailure,
@@ -25,6 +26,7 @@ from .build.compile import (
     compile_candidate,
     threads_for,
 )
+from .child import spread
 from .hardware import ceilings, hardware_info
 from .reward import compute_reward, resolve_reward_config
 from .rules import default_rule_set, make_finding, static_scan, validate_rule_set
@@ -130,10 +132,23 @@ class _TimedSpan:
 
 # ---- phases ----------------------------------------------------------------------------------
 def _baseline_stats(entry: dict[str, Any]) -> dict[str, Any]:
-    """A baseline's timing as a result shows it: the fastest kept sample, and every kept sample's median."""
+    """A baseline's timing as a result shows it: the kept sample that stands (taskfacts), every kept
+    sample's median and their spread."""
     if not entry.get("stats"):
         return {"error": entry.get("error")}
-    return {**entry["stats"], "samples_ms": entry.get("samples_ms")}
+    return {**entry["stats"], "samples_ms": entry.get("samples_ms"), "samples_spread": entry.get("samples_spread")}
+
+
+def _speedup_intervals(request: EvalRequest, timing: dict[str, Any], baselines: dict[str, Any]) -> dict[str, Any]:
+    """Each speedup's 95% interval: the kernel's median interval against the baseline's (across its
+    kept evaluations where three or more are kept, else within its one timing)."""
+    out: dict[str, Any] = {}
+    for name in request.baselines:
+        entry = baselines.get(name) or {}
+        kept = entry.get("samples_spread") or {}
+        side = kept if kept.get("samples", 0) >= 3 else (entry.get("stats") or {}).get("spread_ms")
+        out[name] = spread.speedup_interval(side, timing.get("spread_ms"))
+    return out
 
 
 def _task_fact_path(request: EvalRequest, hardware: dict[str, Any], profile: str | None, name: str) -> Path:
@@ -143,8 +158,9 @@ def _task_fact_path(request: EvalRequest, hardware: dict[str, Any], profile: str
                                 str(request.timing_budget_s)], name)
 
 
-def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | None,
-               slot: SlotUse, timeline: Timeline, cpu: CpuUse, settings: EvaluatorSettings) -> dict[str, Any]:
+def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | None, sizing: dict[str, Any],
+               limits: dict[str, int], slot: SlotUse, timeline: Timeline, cpu: CpuUse,
+               settings: EvaluatorSettings) -> dict[str, Any]:
     """Inputs, reference outputs and baseline timings from the trusted reference child."""
     own_cpu = time.thread_time()
     seeds = {
@@ -164,12 +180,14 @@ def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | No
             wanted.append(name)
     flops_path = _task_fact_path(request, hardware, profile, "flops")
     flops_cached = taskfacts.load_flops(flops_path)
-    setup = {"task_source": request.task_source, "profile": profile, "device": _device_string(request),
+    setup = {"task_source": request.task_source, "profile": profile, "constants": sizing["constants"],
+             "device": _device_string(request),
              "seeds": seeds, "baselines": wanted, "count_flops": flops_cached is None,
              "timing_budget_s": request.timing_budget_s, "max_iters": max_timed_iterations(request.device),
              **timing_options(hardware, settings), "threads": threads_for(request)}
     env = child_env(request, hardware, None, hide_gpu=False)
-    child, reused = refpool.borrow(env, request.memory_limit_mb)
+    child, reused = refpool.borrow(env, limits["spawn"])
+    child.memory_limit_bytes = limits["rss"] << 20  # this evaluation's own bound (the watchdog's)
     child_cpu = (child.cpu_seconds() or 0.0) if reused else 0.0
     setup["serve"] = settings.reference_reuse  # after its done, the child waits for the next evaluation's setup
     timeline.mark("reference: reused" if reused else "reference: started")
@@ -187,11 +205,12 @@ def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | No
     finally:
         after = child.cpu_seconds()
         cpu.add("reference", after - child_cpu if after is not None else None)
-        refpool.give_back(child, env, request.memory_limit_mb, clean)
+        refpool.give_back(child, env, limits["spawn"], clean)
         cpu.add("parent", time.thread_time() - own_cpu)
     reference["baselines"] = baselines
     reference["seeds"] = seeds
     reference["profile"] = profile
+    reference["constants"] = sizing["constants"]
     return reference
 
 
@@ -275,11 +294,16 @@ _PAUSE_POINTS = frozenset({"prepared", "imported", "built", "ready", "trial", "t
                            "after"})
 
 
-def _spawn_candidate(request: EvalRequest, hardware: dict[str, Any], build: BuildContext) -> sandbox.Child:
+def _spawn_candidate(request: EvalRequest, hardware: dict[str, Any], build: BuildContext,
+                     limits: dict[str, int]) -> sandbox.Child:
     """Started at the beginning of the evaluation: it imports torch while the compile and the
     reference run, then waits for its setup (no candidate code runs before that)."""
-    return sandbox.spawn("candidate", env_extra=child_env(request, hardware, build, hide_gpu=False),
-                         memory_limit_mb=request.memory_limit_mb, address_space_limit=request.device == "cpu")
+    child = sandbox.spawn("candidate", env_extra=child_env(request, hardware, build, hide_gpu=False),
+                          memory_limit_mb=limits["spawn"], address_space_limit=request.device == "cpu")
+    # the watchdog follows the task's own bytes; the address space (CPU) keeps room for torch's own
+    # reservations (thread stacks, inductor's compilers), which resident memory never shows
+    child.memory_limit_bytes = limits["rss"] << 20
+    return child
 
 
 def _warm_candidate(request: EvalRequest, hardware: dict[str, Any], child: sandbox.Child, slot: SlotUse,
@@ -316,6 +340,7 @@ def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, 
         "trials": [{"config": t["config"]} for t in reference["trials"]],
         "task_source": request.task_source,  # the judge makes the inputs from the seeds, as the reference did
         "profile": reference["profile"],
+        "constants": reference["constants"],
         "seeds": {k: reference["seeds"][k] for k in ("trials", "rotations", "after")},
         "timing_budget_s": request.timing_budget_s,
         "max_iters": max_timed_iterations(request.device),
@@ -349,7 +374,9 @@ def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, 
                         raise PhaseFailure("compile_error", "the kernel's extension failed to build", log)
                     error_lines = str(message.get("error", "")).strip().splitlines()
                     summary = error_lines[-1] if error_lines else "unknown error"
-                    if "guard.Blocked:" in summary:  # it reached for the judge and was refused
+                    if "guard.Blocked:" in summary and summary.endswith("in candidate code"):
+                        # its own code reached for the judge and was refused (guard.py); a refusal of
+                        # library code it called fails the call, never as a violation
                         raise _Forged(make_finding(rule_set, "sandbox_violation", f"during {where}: "
                                                    + summary.split("Blocked:", 1)[1].strip()), log)
                     raise PhaseFailure("runtime_error", f"the candidate raised during {where}: {summary}", log)
@@ -536,6 +563,7 @@ def _judge(request: EvalRequest, rule_set: dict[str, Any], hardware: dict[str, A
         floor_ms=floor_ms,
         timing_stats={"kernel": {k: v for k, v in timing.items()},
                       **{n: _baseline_stats(baselines.get(n, {})) for n in request.baselines},
+                      "speedup_interval": _speedup_intervals(request, timing, baselines),
                       "wall_ms": evidence.timing_wall_ms, "descheduled_ms": evidence.timing_descheduled_ms},
     )
     return result, findings
@@ -571,15 +599,36 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def _progress(slot: SlotUse, timeline: Timeline, cpu: CpuUse) -> dict[str, Any]:
-    """Where the evaluation's time went, kept with every result that got past the static checks."""
-    return {"gpu_slot": slot.to_dict(), "timeline": timeline.events, "cpu_s": cpu.to_dict()}
+def _progress(slot: SlotUse, timeline: Timeline, cpu: CpuUse, budget: dict[str, Any]) -> dict[str, Any]:
+    """Where the evaluation's time went, kept with every result that got past the static checks, and
+    what it was allowed (its task's sizing, memory limits and GPU admission: taskbudget)."""
+    return {"gpu_slot": slot.to_dict(), "timeline": timeline.events, "cpu_s": cpu.to_dict(), **budget}
 
 
 def evaluate(request: EvalRequest, settings: EvaluatorSettings | None = None) -> EvalResult:
     """Evaluate one candidate under ``settings`` (default: this process's, ``settings.current()``).
-    Raises TaskError only for an unusable task file."""
+    Raises TaskError only for an unusable task file. A CUDA out-of-memory
+    in an evaluation that was admitted for what it announced is a neighbour's doing: evaluated
+    again (``taskbudget.OOM_RETRIES`` times), and if it persists the result says it is an
+    infrastructure failure, not the kernel's verdict."""
     settings = current() if settings is None else settings
+    retries: list[str] = []
+    while True:
+        result = _evaluate_once(request, settings)
+        memory = result.timing_stats.get("memory") or {}
+        if not taskbudget.neighbour_oom(result.status, f"{result.message}\n{result.run_log}", memory):
+            break
+        retries.append(result.message[:300])
+        if len(retries) > taskbudget.OOM_RETRIES:
+            result.message = (f"infrastructure: a CUDA out-of-memory caused by another process on the GPU, "
+                              f"{len(retries)} times (not the kernel's verdict): {result.message}")
+            break
+    if retries:
+        result.timing_stats["retries"] = retries
+    return result
+
+
+def _evaluate_once(request: EvalRequest, settings: EvaluatorSettings) -> EvalResult:
     started = time.monotonic()
     rule_set = validate_rule_set(request.rule_set or default_rule_set(request.track))
     reward_cfg = resolve_reward_config(request.reward_config)
@@ -609,13 +658,25 @@ def evaluate(request: EvalRequest, settings: EvaluatorSettings | None = None) ->
     cpu = CpuUse()
     own_cpu = time.thread_time()
     candidate_child: sandbox.Child | None = None
+    budget: dict[str, Any] = {}
+    admission = ExitStack()
     try:
+        sizing = taskbudget.task_sizing(request, hardware, profile)
+        timeline.mark("sizing: kept" if sizing.get("kept") else "sizing: measured")
+        rotations = rotations_for(request.device)
+        limits = taskbudget.memory_limits(request, sizing, rotations)
+        announced = taskbudget.announced_bytes(request, sizing, rotations)
+        budget["sizing"] = {k: sizing[k] for k in ("constants", "bytes", "error") if k in sizing}
+        budget["memory"] = {"limits_mb": limits, "announced": announced, "admitted": False}
+        budget["memory"].update(admission.enter_context(taskbudget.admitted(request, hardware, announced["total"])))
+        timeline.mark("gpu memory: admitted" if budget["memory"]["admitted"] else "gpu memory: not counted")
         build = build_context(request, hardware)
-        candidate_child = _spawn_candidate(request, hardware, build)
+        candidate_child = _spawn_candidate(request, hardware, build, limits)
         # Compiling (CPU work), the reference (trusted, device work) and the candidate child's CUDA
         # context overlap.
         with ThreadPoolExecutor(max_workers=3, thread_name_prefix="ka-phase") as phases:
-            reference_job = phases.submit(_reference, request, hardware, profile, slot, timeline, cpu, settings)
+            reference_job = phases.submit(_reference, request, hardware, profile, sizing, limits, slot, timeline,
+                                          cpu, settings)
             warm_job = (phases.submit(_warm_candidate, request, hardware, candidate_child, slot, timeline)
                         if request.device == "cuda" else None)
             try:
@@ -637,21 +698,23 @@ def evaluate(request: EvalRequest, settings: EvaluatorSettings | None = None) ->
         cpu.add("parent", time.thread_time() - own_cpu)
         logs = ({"compile_log": failure.log} if failure.status == "compile_error"
                 else {"run_log": failure.log, "compile_log": compile_log})
-        return stop(failure.status, failure.message, static, timing_stats=_progress(slot, timeline, cpu), **logs)
+        return stop(failure.status, failure.message, static, timing_stats=_progress(slot, timeline, cpu, budget),
+                    **logs)
     except _Forged as forged:
         cpu.add("parent", time.thread_time() - own_cpu)
         findings = static + ([forged.finding] if forged.finding else [])
         return stop("rejected", forged.finding.message if forged.finding else "forged result", findings,
-                    run_log=forged.log, compile_log=compile_log, timing_stats=_progress(slot, timeline, cpu))
+                    run_log=forged.log, compile_log=compile_log, timing_stats=_progress(slot, timeline, cpu, budget))
     finally:
         if candidate_child is not None:
             candidate_child.close(wait_s=0)  # unused when an earlier phase ended the evaluation
+        admission.close()  # the GPU memory it announced is free for the next evaluation
     judged_from = time.thread_time()
     cpu.add("parent", judged_from - own_cpu)
     result, dynamic = _judge(request, rule_set, hardware, reference, evidence)
     timeline.mark("judge: done")
     cpu.add("judge", time.thread_time() - judged_from)
-    result.timing_stats.update(_progress(slot, timeline, cpu))
+    result.timing_stats.update(_progress(slot, timeline, cpu, budget))
     result.compile_ms = compile_ms
     result.compile_log = compile_log
     result.run_log = run_log

@@ -60,6 +60,9 @@ class EvalRequest:
     task_name: str = ""
     # Size profile of the task (see gpu_workers.tasks); None picks the device's own profile.
     profile: str | None = None
+    # Scale the task's module-level size constants down until no input, output or parameter has more
+    # than this many elements (gpu_workers.child.size); None: the task's own sizes.
+    max_elements: int | None = None
     # Rule set and reward config as data; None takes the built-in default for the track.
     rule_set: dict[str, Any] | None = None
     reward_config: dict[str, Any] | None = None
@@ -70,7 +73,8 @@ class EvalRequest:
     timing_budget_s: float = 2.0
     compile_timeout_s: float = 900.0
     run_timeout_s: float = 300.0
-    memory_limit_mb: int = 16384
+    # Each child's memory limit; None: from the task's own bytes (gpu_workers.taskbudget).
+    memory_limit_mb: int | None = None
     gpu_index: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -81,6 +85,8 @@ class EvalRequest:
             raise ValueError(f"track must be one of {TRACKS}, got {self.track!r}")
         if self.trials < 1:
             raise ValueError("trials must be at least 1")
+        if self.max_elements is not None and self.max_elements < 1:
+            raise ValueError("max_elements must be at least 1")
         unknown = [b for b in self.baselines if b not in BASELINES]
         if unknown:
             raise ValueError(f"unknown baselines {unknown}; choose from {BASELINES}")

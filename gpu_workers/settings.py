@@ -35,7 +35,7 @@ class EvaluatorSettings:
     warm_up: str = ""
     compile_nice: int = 10
     compile_spares: int = 16
-    baseline_samples: int = 3
+    baseline_samples: int = 5
     timing_cpus: str = ""
     settle_within: float = 0.01
     reference_reuse: bool = True

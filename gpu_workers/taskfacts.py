@@ -1,11 +1,13 @@
-"""Facts about a task that the trusted reference measured, kept between evaluations: each baseline's
-timing (eager, ``torch.compile``) and the task's FLOP count.
+"""Facts about a task that trusted children measured, kept between evaluations: each baseline's
+timing (eager, ``torch.compile``), the task's FLOP count and its sizing (``taskbudget``).
 
-A baseline timing is kept as several samples, each from a different evaluation, and the fastest is
-the one used. One sample taken while the host or the GPU was busier than usual would otherwise make
-every later candidate of the task look faster than it is, for as long as the sample is kept: a
-speedup is only as honest as its baseline. Until a baseline has ``samples()`` samples, each new
-evaluation of the task times it again (under the same exclusive GPU slot as a candidate's timing).
+A baseline timing is kept as several samples, each from a different evaluation, and their lower
+median is the one used (``spread.lower_median``), with their spread. The fastest sample was used
+before: against a candidate's single median it is biased low by as much as processes differ, while
+one sample taken while the host was busier than usual must not raise every later candidate's
+speedup either (a majority of busy samples is needed to move the lower median). Until a baseline
+has ``samples()`` samples, each new evaluation of the task times it again (under the same exclusive
+GPU slot as a candidate's timing).
 """
 
 from __future__ import annotations
@@ -19,15 +21,16 @@ from typing import Any
 
 from .build.toolchain import cache_root
 from .settings import current
+from .child.spread import summary
 
-# What a timing means (timing.time_callable and its L2 flush). Kept baselines are keyed on it, so a
-# baseline timed the old way is never set against a candidate timed the new way.
-TIMING_METHOD = "3"
-DEFAULT_SAMPLES = 3
+# What a timing means (timing.time_callable and its L2 flush) and how kept samples combine (their
+# lower median since "4"). Kept baselines are keyed on it, so a baseline kept the old way is never
+# set against a candidate timed the new way.
+TIMING_METHOD = "4"
 
 
 def samples() -> int:
-    """How many evaluations time a baseline before its fastest sample stands
+    """How many evaluations time a baseline before its kept samples stand
     (``EvaluatorSettings.baseline_samples``)."""
     return current().baseline_samples
 
@@ -77,13 +80,17 @@ def _median(entry: dict[str, Any]) -> float | None:
 
 
 def _fastest(entries: list[dict[str, Any]]) -> dict[str, Any]:
-    best = dict(min(entries, key=_median))
-    best["samples_ms"] = [_median(e) for e in entries]
-    return best
+    """The kept sample that stands for them all: their lower median (``spread.lower_median``), with
+    every kept sample's median and their spread."""
+    ordered = sorted(entries, key=_median)
+    chosen = dict(ordered[(len(ordered) - 1) // 2])
+    chosen["samples_ms"] = [_median(e) for e in ordered]
+    chosen["samples_spread"] = summary(chosen["samples_ms"])
+    return chosen
 
 
 def load_baseline(path: Path) -> tuple[dict[str, Any] | None, bool]:
-    """(the fastest kept timing, or None; whether enough samples are kept to stop timing it)."""
+    """(the kept timing that stands, or None; whether enough samples are kept to stop timing it)."""
     entries = _samples_in(_read(path))
     if not entries:
         return None, False
@@ -92,12 +99,21 @@ def load_baseline(path: Path) -> tuple[dict[str, Any] | None, bool]:
 
 def keep_baseline(path: Path, entry: dict[str, Any]) -> dict[str, Any]:
     """Add one timing to what is kept (up to ``samples()``, the fastest kept first) and return the
-    fastest of them all, this one included."""
+    one that stands for them all, this one included."""
     entries = _samples_in(_read(path))
     entries.append({k: v for k, v in entry.items() if k != "samples_ms"})
     entries.sort(key=_median)
     _write(path, {"samples": entries[:samples()]})
     return _fastest(entries)
+
+
+def load_fact(path: Path) -> Any:
+    """A kept fact (JSON), or None."""
+    return _read(path)
+
+
+def keep_fact(path: Path, value: Any) -> None:
+    _write(path, value)
 
 
 def load_flops(path: Path) -> int | None:

@@ -218,7 +218,7 @@ def compile_in_child(request: EvalRequest, hardware: dict[str, Any], build: Buil
     with _spares_lock:
         _in_flight[0] += 1
     try:
-        child, spare = _take_compile_child(request.memory_limit_mb)
+        child, spare = _take_compile_child(request.memory_limit_mb or 16384)  # compilers: not the task's bytes
         return _run_compile_child(request, hardware, build, child, spare, started)
     finally:
         with _spares_lock:

@@ -21,6 +21,8 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
     from ..tasks import exec_source, load_task_module
     from . import measure, timing
     from .guard import install as install_guard
+    from .perturb import construct
+    from .size import apply_constants
 
     device = device_for(setup)
     # After the CUDA context exists (CUDA's initialisation fails under the confinement: see
@@ -59,6 +61,7 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
     trace_enabled = bool(setup.get("trace_ops", True))
     # The inputs, from the secret seeds, before any candidate code exists in this process.
     task = load_task_module(setup["task_source"], setup.get("profile"))
+    apply_constants(task, setup.get("constants"))
     seeds = setup["seeds"]
     trial_inputs = [make_inputs(task, seed, device) for _, seed in seeds["trials"]]
     rotation_inputs = [make_inputs(task, seed, device) for seed in seeds["rotations"]]
@@ -88,6 +91,9 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
     # 1. import and construct
     try:
         module = exec_source(setup["kernel_source"], "kernelcourt_candidate", "<kernel>")
+        # A candidate file that copies the task's size constants (level3's recurrent tasks read
+        # batch_size in __init__) gets the scaled ones too, as the task's inputs do.
+        apply_constants(module, setup.get("constants"))
         model_cls = module.ModelNew
         measure.synchronize(device)  # whatever the import queued: nothing is left on the GPU at the pause
     except BaseException as exc:  # noqa: BLE001
@@ -99,7 +105,9 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
     def build(config: int):
         with guard.exempt():  # torch.manual_seed records a stack (frames) for lazy CUDA seeding
             torch.manual_seed(setup["init_seeds"][config])
-        model = model_cls(*setup["init_inputs"])
+        # the second configuration is made while the model is built, as the reference's was (perturb.py)
+        seed = setup["init_seeds"][config] if config > 0 else None
+        model = construct(lambda: model_cls(*setup["init_inputs"]), seed)
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"ModelNew(...) returned a {type(model).__name__}, not an nn.Module")
         state = setup["state_dicts"][config]

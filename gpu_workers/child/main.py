@@ -23,12 +23,16 @@ from .harden import harden_process
 from .reference import role_reference, warm_lazy_imports
 from .runtime import device_for
 from .sender import Sender, short_traceback
+from .size import role_size
 
-_ROLES = {"compile": role_compile, "reference": role_reference, "candidate": role_candidate}
+_ROLES = {"compile": role_compile, "reference": role_reference, "candidate": role_candidate, "size": role_size}
 # Imported while the child waits for its setup (a spare, or a child started early), not after it
 # arrives (no candidate code runs before).
-PRELOAD = {"compile": ("build.inline", "tasks"), "reference": ("child.measure", "child.timing", "tasks"),
-           "candidate": ("child.measure", "child.timing", "tasks", "child.guard", "build.inline")}
+PRELOAD = {"compile": ("build.inline", "tasks"),
+           "reference": ("child.measure", "child.timing", "tasks", "child.size", "child.perturb"),
+           "candidate": ("child.measure", "child.timing", "tasks", "child.guard", "build.inline", "child.size",
+                         "child.perturb"),
+           "size": ("tasks", "child.size")}
 # Imported by the child itself, never by the zygote: torch.utils.cpp_extension (which the candidate's
 # load_inline and our fast build need, ~0.1-0.2 s of CPU) asks CUDA for its devices at import
 # (torch.cuda.is_available, once it finds CUDA_HOME), which a process that forks children must not do.
@@ -87,7 +91,7 @@ def main(argv: list[str]) -> int:
     if role in ("candidate", "reference") and "warm" in setup:
         _warm(role, setup, out_fd)
         setup = wire.read_message(in_fd)
-    if role == "compile":
+    if role in ("compile", "size"):
         os.close(in_fd)
         in_fd = -1
     while True:

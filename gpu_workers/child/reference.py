@@ -19,10 +19,13 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
 
     from ..tasks import load_task_module
     from . import measure, timing
+    from .perturb import construct
+    from .size import apply_constants
 
     device = device_for(setup)
     prepare_torch(setup)
     task = load_task_module(setup["task_source"], setup.get("profile"))
+    apply_constants(task, setup.get("constants"))
     seeds = setup["seeds"]
 
     torch.manual_seed(seeds["init"][0])
@@ -30,9 +33,8 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
     models, state_dicts = [], []
     for config, init_seed in enumerate(seeds["init"]):
         torch.manual_seed(init_seed)
-        model = task.Model(*init_inputs).to(device).eval()
-        if config > 0:
-            _perturb_parameters(model)
+        # the second configuration is made while the model is built (perturb.py), as the candidate's is
+        model = construct(lambda: task.Model(*init_inputs), init_seed if config > 0 else None).to(device).eval()
         models.append(model)
         state_dicts.append({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
 
@@ -127,18 +129,6 @@ def role_reference(setup: dict[str, Any], send: Sender) -> None:
             torch.cuda.empty_cache()
     except Exception:  # noqa: BLE001 - nothing more may follow the done; the next setup finds out
         pass
-
-
-def _perturb_parameters(model) -> None:
-    """A second weight configuration that differs in EVERY floating parameter, including the ones
-    a constructor sets to constants (LayerNorm's ones and zeros), so shortcuts on them show."""
-    import torch
-
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.is_floating_point() and param.numel():
-                scale = float(param.abs().mean()) or 1.0
-                param.add_(torch.randn_like(param) * (0.1 * scale))
 
 
 def _baseline_callable(name: str, model, device, rotation_inputs):

@@ -27,6 +27,7 @@ from .measure import (
     snapshot,
     synchronize,
 )
+from .spread import summary
 from .timinghost import SpinWaits, TimingCpus, host_cpu
 
 CYCLES_PER_MS = 2_000_000  # GPU clock cycles in a millisecond (about 2 GHz)
@@ -331,6 +332,8 @@ def time_callable(
         "min_ms": min(times),
         "max_ms": max(times),
         "spread": _spread(times) if len(times) >= 4 else None,
+        # the series the reward's time comes from: samples, quartiles, the median's 95% interval
+        "spread_ms": summary({"host": host_times, "end to end": e2e_times}.get(stats.get("timed"), times)),
         "iterations": len(times),
         "host_waits": waits.mode,  # "spin": the synchronise busy-waited (SpinWaits)
         "host_cpus": sorted(c for c in seen_cpus | {host_cpu()} if c is not None),

@@ -41,6 +41,7 @@ def warm_up(device: str, gpu_index: int | None = None, references: int = 0,
     from ..hardware import cuda_arch_list, hardware_info
     from ..sandbox import refpool
     from ..schema import EvalRequest
+    from ..taskbudget import DEFAULT_CEILING_MB
 
     indices: list[int | None] = list(gpus) if device == "cuda" and gpus else [gpu_index]
     steps: dict[str, float] = {}
@@ -68,8 +69,8 @@ def warm_up(device: str, gpu_index: int | None = None, references: int = 0,
         def prestart(pair: tuple[EvalRequest, dict[str, Any]]) -> int:
             # the child sees its one GPU (CUDA_VISIBLE_DEVICES) as cuda:0
             return refpool.prestart(child_env(pair[0], pair[1], None, hide_gpu=False),
-                                    pair[0].memory_limit_mb, references, "cuda:0" if device == "cuda" else "cpu",
-                                    pair[1])
+                                    pair[0].memory_limit_mb or DEFAULT_CEILING_MB, references,
+                                    "cuda:0" if device == "cuda" else "cpu", pair[1])
 
         with cf.ThreadPoolExecutor(len(indices)) as executor:  # each GPU's under its own slot
             list(executor.map(prestart, zip(requests, hardwares)))

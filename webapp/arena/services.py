@@ -236,6 +236,7 @@ def _evaluation_execute(ctx: JobContext) -> Any:
         task_name=evaluation.kernel.task.name,
         baselines=tuple(settings.EVAL_BASELINES),
         trials=settings.EVAL_TRIALS,
+        max_elements=settings.EVAL_MAX_ELEMENTS,
         gpu_index=evaluation_gpu(evaluation_id=ctx.job_id, device=evaluation.device),
     )
     if settings.EVAL_POOL == "ray":

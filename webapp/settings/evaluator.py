@@ -7,6 +7,9 @@ import os
 EVAL_DEVICE = os.environ.get("EVAL_DEVICE", "cpu")
 EVAL_BASELINES = tuple(b for b in os.environ.get("EVAL_BASELINES", "eager,compile").split(",") if b)
 EVAL_TRIALS = int(os.environ.get("EVAL_TRIALS", "3"))
+# Scale a task's size constants down until no input, output or parameter has more than this many
+# elements (KernelBench's published sizes on a laptop's CPU); 0 or unset: the task's own sizes.
+EVAL_MAX_ELEMENTS = int(os.environ.get("EVAL_MAX_ELEMENTS", "0")) or None
 # GPUs a `gpu`-queue worker spreads CUDA evaluations over (each GPU measures one at a time; run the
 # worker with --concurrency of a few per GPU so compiles overlap the measurements).
 EVAL_GPUS = max(1, int(os.environ.get("EVAL_GPUS", "1")))

@@ -1,0 +1,210 @@
+"""KernelBench as published, through the pool: every task's reference copied as ``ModelNew`` (the
+identity candidate), on the open track, one JSONL row per evaluation, then a summary.
+
+    python bench/kernelbench_sweep.py --device cuda --workers 16 --out sweep.jsonl
+    python bench/kernelbench_sweep.py --device cuda --workers 1 --repeat 3 --plain --out repro.jsonl
+    python bench/kernelbench_sweep.py --device cpu --max-elements 16384 --tasks level1/19_ReLU --out smoke.jsonl
+
+Resumable: rows already in ``--out`` (same task and repeat) are not evaluated again, so an
+interrupted sweep continues where it stopped; the summary covers every row in the file. With
+``--plain`` each task is also timed the plain way (``bench/plain_timing.py``: CUDA events around
+each call, warm-ups, fixed inputs, a 256 MB L2 flush) in a process of its own, after its evaluation,
+holding the GPU alone: the agreement of the two methods is measured in the same run. ``--repeat K``
+evaluates each task K times (a separate evaluation each) and the summary gives each task's max/min.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def _phase_seconds(timeline: list[list[Any]]) -> dict[str, float]:
+    """Seconds from the evaluation's start to each phase's end, from the result's timeline."""
+    marks = {label: at for label, at in timeline}
+    out = {}
+    for phase, label in (("compile", "compile: done"), ("reference", "reference: done"),
+                         ("candidate", "candidate: done"), ("judge", "judge: done")):
+        if label in marks:
+            out[phase] = marks[label]
+    return out
+
+
+def row_for(key: str, repeat: int, result: Any, wall_s: float) -> dict[str, Any]:
+    stats = result.timing_stats or {}
+    kernel = stats.get("kernel") or {}
+    slot = stats.get("gpu_slot") or {}
+    spreads = {name: (stats.get(name) or {}).get("spread_ms") for name in ("kernel", "eager", "compile")}
+    return {
+        "task": key, "repeat": repeat, "status": result.status, "message": result.message[:500],
+        "speedup": result.speedup, "timings_ms": result.timings_ms, "spread": spreads,
+        "kernel_timed": kernel.get("timed"), "iterations": kernel.get("iterations"),
+        "baseline_samples_ms": {n: (stats.get(n) or {}).get("samples_ms") for n in ("eager", "compile")},
+        "phases_s": _phase_seconds(stats.get("timeline") or []), "duration_s": result.duration_s,
+        "wall_s": round(wall_s, 3), "gpu_exclusive_s": slot.get("exclusive_s"), "gpu_held_s": slot.get("held_s"),
+        "gpu_wait_s": slot.get("wait_s"), "cpu_s": stats.get("cpu_s"),
+        "bytes": (stats.get("sizing") or {}).get("bytes"), "constants": (stats.get("sizing") or {}).get("constants"),
+        "speedup_interval": stats.get("speedup_interval"), "memory": stats.get("memory"),
+        "retries": stats.get("retries"),
+    }
+
+
+def _done(out: Path) -> set[tuple[str, int]]:
+    seen: set[tuple[str, int]] = set()
+    if out.exists():
+        for line in out.read_text().splitlines():
+            try:
+                row = json.loads(line)
+                seen.add((row["task"], int(row.get("repeat", 0))))
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut short by an interruption is evaluated again
+    return seen
+
+
+def _plain(task_path: Path, kernel: str, device: str, max_elements: int | None, trials: int) -> dict[str, Any]:
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as handle:
+        handle.write(kernel)
+    command = [sys.executable, str(ROOT / "bench" / "plain_timing.py"), str(task_path), handle.name,
+               "--device", device, "--trials", str(trials)]
+    if max_elements:
+        command += ["--max-elements", str(max_elements)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    finally:
+        Path(handle.name).unlink(missing_ok=True)
+    if done.returncode != 0:
+        return {"error": done.stderr[-1000:]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
+
+
+def summarize(rows: list[dict[str, Any]], wall_s: float | None, evaluated: int) -> str:
+    lines = [f"rows: {len(rows)}   statuses: {dict(Counter(r['status'] for r in rows))}"]
+    passed = [r for r in rows if r["status"] == "passed"]
+    lines.append(f"passed: {len(passed)} of {len(rows)}")
+    eager = [r["speedup"].get("eager") for r in passed if r["speedup"].get("eager")]
+    if eager:
+        off = [abs(s - 1.0) for s in eager]
+        lines.append(f"identity |speedup vs eager - 1|: median {statistics.median(off):.4f}, "
+                     f"p90 {_quantile(off, 0.9):.4f}, max {max(off):.4f}; "
+                     f"within 0.03: {sum(o <= 0.03 for o in off)} of {len(off)}")
+    if wall_s and evaluated:
+        lines.append(f"this run: {evaluated} evaluations in {wall_s:.1f} s = {60 * evaluated / wall_s:.1f}/min")
+    exclusive = [r["gpu_exclusive_s"] for r in rows if r.get("gpu_exclusive_s") is not None]
+    durations = [r["duration_s"] for r in rows if r.get("duration_s")]
+    if exclusive and durations:
+        lines.append(f"GPU-exclusive s/eval: median {statistics.median(exclusive):.3f}, "
+                     f"mean {statistics.fmean(exclusive):.3f}; evaluation s: median {statistics.median(durations):.2f}")
+        held = [r["gpu_held_s"] or 0 for r in rows if r.get("gpu_held_s") is not None]
+        waits = [r["gpu_wait_s"] or 0 for r in rows if r.get("gpu_wait_s") is not None]
+        lines.append(f"where an evaluation's time goes (medians, s): held GPU {statistics.median(held):.2f}, "
+                     f"waited for it {statistics.median(waits):.2f}, phases end at "
+                     + ", ".join(f"{p} {statistics.median(v):.2f}" for p, v in _phase_lists(rows).items()))
+        cpu = Counter()
+        for r in rows:
+            for who, s in (r.get("cpu_s") or {}).items():
+                if who != "total":
+                    cpu[who] += s
+        if cpu:
+            lines.append("CPU s/eval by who: " + ", ".join(f"{w} {s / len(rows):.2f}" for w, s in cpu.most_common()))
+    plain = [r for r in passed if (r.get("plain") or {}).get("speedup") and r["speedup"].get("eager")]
+    if plain:
+        agree = [r["speedup"]["eager"] / r["plain"]["speedup"] for r in plain]
+        lines.append(f"agreement with the plain method (speedup ratio): median {statistics.median(agree):.4f}, "
+                     f"min {min(agree):.4f}, max {max(agree):.4f}; within 5%: "
+                     f"{sum(abs(a - 1) <= 0.05 for a in agree)} of {len(agree)}")
+    by_task: dict[str, list[float]] = {}
+    for r in passed:
+        if r["speedup"].get("eager"):
+            by_task.setdefault(r["task"], []).append(r["speedup"]["eager"])
+    repeated = {k: max(v) / min(v) for k, v in by_task.items() if len(v) > 1}
+    if repeated:
+        worst = sorted(repeated.items(), key=lambda kv: -kv[1])[:5]
+        lines.append(f"repeats: max/min of a task's speedup over {len(repeated)} tasks: median "
+                     f"{statistics.median(repeated.values()):.4f}, max {max(repeated.values()):.4f}; within 1.05: "
+                     f"{sum(v <= 1.05 for v in repeated.values())}; worst " + ", ".join(f"{k} {v:.3f}" for k, v in worst))
+    failed = [r for r in rows if r["status"] != "passed"]
+    for r in failed[:40]:
+        lines.append(f"  {r['task']} (repeat {r['repeat']}): {r['status']}: {r['message'][:160]}"
+                     + (f" [bytes {r['bytes']}]" if r.get("bytes") else ""))
+    return "\n".join(lines)
+
+
+def _phase_lists(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for r in rows:
+        for phase, at in (r.get("phases_s") or {}).items():
+            out.setdefault(phase, []).append(at)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--root", default=str(ROOT.parent / "shared" / "kernelbench"))
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--gpus", type=int, default=0, help="spread over this many GPUs (cuda)")
+    parser.add_argument("--levels", type=int, nargs="*", default=None)
+    parser.add_argument("--tasks", nargs="*", default=None, help="level1/19_ReLU, 19_ReLU or 1/19")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--max-elements", type=int, default=None, help="scale each task down (a CPU smoke)")
+    parser.add_argument("--timing-budget", type=float, default=2.0)
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--plain", action="store_true", help="also time each task the plain way")
+    parser.add_argument("--plain-trials", type=int, default=100)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+
+    from gpu_workers.schema import EvalRequest
+    from gpu_workers.suite.kernelbench import identity_candidate, task_files
+    from gpu_workers.workers.pool import LocalPool
+
+    tasks = task_files(Path(args.root), args.levels, args.tasks)
+    if not tasks:
+        print(f"no KernelBench tasks under {args.root} match", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    done = _done(out)
+    todo = [(t, k) for k in range(args.repeat) for t in tasks if (t.key, k) not in done]
+    print(f"{len(tasks)} tasks x {args.repeat}: {len(todo)} to evaluate, {len(done)} already in {out}",
+          file=sys.stderr)
+    requests = []
+    for task, _ in todo:
+        source = task.path.read_text(encoding="utf-8")
+        requests.append(EvalRequest(task_source=source, kernel_source=identity_candidate(source), device=args.device,
+                                    track="open", task_name=task.key, trials=args.trials,
+                                    timing_budget_s=args.timing_budget, max_elements=args.max_elements))
+    began = time.monotonic()
+    with LocalPool(workers=args.workers, gpus=args.gpus) as pool, out.open("a", encoding="utf-8") as sink:
+        for index, result in pool.as_completed(requests):
+            task, repeat = todo[index]
+            row = row_for(task.key, repeat, result, time.monotonic() - began)
+            if args.plain and result.status == "passed":
+                row["plain"] = _plain(task.path, requests[index].kernel_source, args.device, args.max_elements,
+                                      args.plain_trials)
+            sink.write(json.dumps(row) + "\n")
+            sink.flush()
+            print(f"{task.key} #{repeat}: {result.status} {result.speedup.get('eager')}", file=sys.stderr)
+    wall = time.monotonic() - began
+    rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    print(summarize(rows, wall, len(todo)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

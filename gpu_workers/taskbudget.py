@@ -1,0 +1,126 @@
+"""What an evaluation of a task may use, decided before any of its children starts: the task's sizes
+(measured once per task on the meta device by a sandboxed child, and kept), the size constants a
+``max_elements`` bound scales down, the children's memory limits and the GPU memory it announces
+to its GPU's ledger (``gpumemory``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from . import taskfacts
+from .build.compile import PhaseFailure, child_env, child_failure
+from .build.toolchain import cache_root
+from .sandbox import gpumemory
+from .sandbox import process as sandbox
+from .schema import EvalRequest
+
+# A spawned child's address-space limit (the CPU) and a reused reference child's key: a task needs
+# more only when its own bytes say so.
+DEFAULT_CEILING_MB = 16384
+OOM_RETRIES = 2
+
+
+def sizing_path(request: EvalRequest, hardware: dict[str, Any], profile: str | None):
+    return taskfacts.fact_path([request.task_hash, profile or "", str(request.max_elements or 0), hardware["key"]],
+                               "sizing")
+
+
+def task_sizing(request: EvalRequest, hardware: dict[str, Any], profile: str | None) -> dict[str, Any]:
+    """``{"constants": {name: value}, "bytes": {...}}`` for this task, profile and bound: kept per
+    task and hardware key (torch's version is in it: meta kernels change with it), measured by a
+    ``size`` child (the GPU hidden: the meta device needs none) the first time. Raises PhaseFailure
+    (``runtime_error``) when the task cannot be sized or no scaling fits the bound."""
+    path = sizing_path(request, hardware, profile)
+    kept = taskfacts.load_fact(path)
+    if isinstance(kept, dict) and "bytes" in kept and "constants" in kept:
+        return {**kept, "kept": True}
+    env = child_env(request, hardware, None, hide_gpu=True)
+    child = sandbox.spawn("size", env_extra=env, memory_limit_mb=request.memory_limit_mb or DEFAULT_CEILING_MB,
+                          address_space_limit=True)
+    began = time.monotonic()
+    try:
+        with child:
+            child.send({"task_source": request.task_source, "profile": profile,
+                        "max_elements": request.max_elements})
+            try:
+                message = child.recv(time.monotonic() + request.run_timeout_s)
+            except sandbox.ChildError as exc:
+                raise child_failure(exc, child, "sizing the task", request.run_timeout_s) from None
+    finally:
+        child.close(wait_s=1)
+    if message.get("phase") != "sized":
+        error = str(message.get("error", ""))[-2000:]
+        if request.max_elements:
+            raise PhaseFailure("runtime_error", f"the task cannot be sized: {error}", child.log_tail())
+        # at its own sizes nothing needs scaling: the evaluation runs with the default limits, and
+        # the reference child reports what is wrong with the task if anything is
+        sizing = {"constants": {}, "bytes": {}, "error": error, "seconds": round(time.monotonic() - began, 3)}
+        taskfacts.keep_fact(path, sizing)
+        return {**sizing, "kept": False}
+    sizing = {"constants": {str(k): int(v) for k, v in (message.get("constants") or {}).items()},
+              "bytes": dict(message.get("bytes") or {}), "seconds": round(time.monotonic() - began, 3)}
+    taskfacts.keep_fact(path, sizing)
+    return {**sizing, "kept": False}
+
+
+def memory_limits(request: EvalRequest, sizing: dict[str, Any], rotations: int) -> dict[str, int]:
+    """The children's limits in MiB: ``rss`` (the parent's watchdog, per evaluation) and ``spawn``
+    (the address space a child is started with on the CPU, and a reused reference child's key). An
+    explicit ``memory_limit_mb`` is both; otherwise they follow the task's own bytes."""
+    if request.memory_limit_mb:
+        return {"rss": int(request.memory_limit_mb), "spawn": int(request.memory_limit_mb)}
+    if not sizing.get("bytes"):  # not measured (no meta kernel at a size too large to run for real)
+        return {"rss": DEFAULT_CEILING_MB, "spawn": DEFAULT_CEILING_MB}
+    rss = gpumemory.host_limit_mb(sizing["bytes"], request.trials, rotations, request.device)
+    return {"rss": rss, "spawn": max(rss, DEFAULT_CEILING_MB)}
+
+
+def announced_bytes(request: EvalRequest, sizing: dict[str, Any], rotations: int) -> dict[str, int]:
+    """What the evaluation announces to its GPU's ledger; nothing where the task was not measured
+    (admitted at once, and an out-of-memory is then its own)."""
+    if not sizing.get("bytes"):
+        return {"reference": 0, "candidate": 0, "total": 0}
+    return gpumemory.evaluation_bytes(sizing["bytes"], request.trials, rotations)
+
+
+def ledger_for(hardware: dict[str, Any]) -> gpumemory.GpuLedger | None:
+    """This GPU's ledger (None on the CPU, or where the GPU's size is unknown)."""
+    from .sandbox.gpuslot import slot_name
+
+    capacity = int(hardware.get("memory_bytes") or 0)
+    if hardware.get("device") != "cuda" or capacity <= 0:
+        return None
+    return gpumemory.GpuLedger(slot_name(hardware), capacity, cache_root() / "locks")
+
+
+@contextmanager
+def admitted(request: EvalRequest, hardware: dict[str, Any], nbytes: int) -> Iterator[dict[str, Any]]:
+    """Hold this evaluation's announced GPU bytes on its GPU's ledger while it runs (waiting, up to
+    the run's time limit, for room). Yields what the result keeps: bytes, seconds waited, and
+    ``admitted`` (False on the CPU, where nothing is announced). A task larger than the GPU ends the
+    evaluation with a message that gives its bytes."""
+    ledger = ledger_for(hardware)
+    if ledger is None:
+        yield {"admitted": False, "bytes": nbytes}
+        return
+    try:
+        admission = ledger.admit(nbytes, timeout_s=request.run_timeout_s)
+    except gpumemory.DoesNotFit as exc:
+        raise PhaseFailure("runtime_error", f"the task does not fit on this GPU: {exc}") from None
+    except TimeoutError as exc:
+        raise PhaseFailure("timeout", f"waiting for GPU memory: {exc}") from None
+    try:
+        yield {"admitted": True, **admission.to_dict()}
+    finally:
+        ledger.release(admission)
+
+
+def neighbour_oom(status: str, text: str, memory: dict[str, Any]) -> bool:
+    """Whether a failed evaluation's CUDA out-of-memory was another process's doing: it was admitted
+    for what it announced, so its room was reserved (``gpumemory.classify_oom``)."""
+    if status not in ("runtime_error", "compile_error"):
+        return False
+    return gpumemory.classify_oom(text, int(memory.get("bytes") or 0), bool(memory.get("admitted"))) == "neighbour"

@@ -1,0 +1,74 @@
+"""bench/kernelbench_sweep.py on the CPU: two small tasks scaled down, rows as JSONL, resumable, a summary."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from gpu_workers.suite.kernelbench import baseline_times, identity_candidate, task_files
+
+REPO = Path(__file__).resolve().parents[2]
+ROOT = REPO / ".." / "shared" / "kernelbench"
+
+
+def _sweep():
+    spec = importlib.util.spec_from_file_location("kernelbench_sweep", REPO / "bench" / "kernelbench_sweep.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _need_kernelbench():
+    if not ROOT.is_dir():
+        pytest.skip(f"{ROOT} is not here")
+
+
+def test_task_files_by_level_and_filter():
+    _need_kernelbench()
+    every = task_files(ROOT)
+    assert len(every) == 250
+    assert [t.key for t in every[:2]] == ["level1/1_Square_matrix_multiplication_", "level1/2_Standard_matrix_multiplication_"]
+    assert {t.level for t in every} == {1, 2, 3}
+    picked = task_files(ROOT, tasks=["level1/19_ReLU", "2/1", "9_ResNet18"])
+    assert [t.key for t in picked] == ["level1/19_ReLU", "level2/1_Conv2D_ReLU_BiasAdd", "level3/9_ResNet18"]
+    assert [t.key for t in task_files(ROOT, levels=[3])][:1] == ["level3/1_MLP"]
+
+
+def test_identity_candidate_renames_the_model_only():
+    source = "class Model(nn.Module):\n    def __init__(self):\n        super(Model, self).__init__()\nx = ModelA\n"
+    assert identity_candidate(source) == ("class ModelNew(nn.Module):\n    def __init__(self):\n"
+                                          "        super(ModelNew, self).__init__()\nx = ModelA\n")
+
+
+def test_published_baselines_by_task():
+    _need_kernelbench()
+    times = baseline_times(ROOT)
+    assert times["level1/1_Square_matrix_multiplication_"]["mean"] == 2.66
+    assert times["level1/1_Square_matrix_multiplication_"]["folder"] == "H100_Modal"
+
+
+@pytest.mark.slow
+def test_sweep_smoke_on_the_cpu_resumes_and_summarizes(tmp_path, capsys):
+    _need_kernelbench()
+    sweep = _sweep()
+    out = tmp_path / "sweep.jsonl"
+    args = ["--device", "cpu", "--max-elements", "4096", "--tasks", "level1/19_ReLU", "level1/23_Softmax",
+            "--workers", "2", "--timing-budget", "0.05", "--trials", "2", "--out", str(out)]
+    # when two tasks are swept, then swept again
+    assert sweep.main(args) == 0
+    first = capsys.readouterr().out
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sweep.main(args) == 0
+    again = capsys.readouterr().out
+    # then each has one row, passed, with its spread, phases and bytes; the second sweep evaluated nothing
+    assert sorted(r["task"] for r in rows) == ["level1/19_ReLU", "level1/23_Softmax"]
+    assert [r["status"] for r in rows] == ["passed", "passed"]
+    for r in rows:
+        assert r["spread"]["kernel"]["samples"] == r["iterations"]
+        assert r["spread"]["eager"]["samples"] >= 1
+        assert max(r["bytes"]["largest"].values()) <= 4096
+        assert set(r["phases_s"]) == {"compile", "reference", "candidate", "judge"}
+    assert len(out.read_text().splitlines()) == 2
+    assert "passed: 2 of 2" in first and "identity |speedup vs eager - 1|" in first
+    assert "this run: 0 evaluations" not in again and "passed: 2 of 2" in again

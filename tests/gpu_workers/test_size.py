@@ -1,0 +1,106 @@
+"""Sizing a KernelBench task on the meta device and scaling its constants under a bound."""
+
+from pathlib import Path
+
+import pytest
+
+from gpu_workers.child.size import (
+    SizeError,
+    apply_constants,
+    constant_names,
+    measure,
+    size_constants,
+    size_task,
+)
+from gpu_workers.tasks import load_task_module
+
+KERNELBENCH = Path(__file__).resolve().parents[2] / ".." / "shared" / "kernelbench"
+
+
+def _kb(name: str) -> str:
+    path = KERNELBENCH / name
+    if not path.exists():
+        pytest.skip(f"{path} is not here")
+    return path.read_text()
+
+
+def test_constant_names_take_expressions_and_tuples():
+    # given a task whose constants are an expression, a tuple unpacking and a tuple
+    source = "N = 2048 * 2\na, b = 3, 4\nshape = (8, 16)\nflag = True\nscale = 0.5\n"
+    # when its names and integer constants are read from the loaded module
+    module = load_task_module(source + "class Model: pass\ndef get_inputs(): return []\n"
+                              "def get_init_inputs(): return []\n", None)
+    names = constant_names(source)
+    # then the expression's value, each tuple element and no boolean or float are size constants
+    assert names == ["N", "a", "b", "shape", "flag", "scale"]
+    assert size_constants(module, names) == {"N": 4096, "a": 3, "b": 4, "shape[0]": 8, "shape[1]": 16}
+
+
+def test_apply_constants_rebuilds_tuples_and_skips_unknown_names():
+    module = load_task_module("shape = (8, 16)\nn = 3\nclass Model: pass\ndef get_inputs(): return []\n"
+                              "def get_init_inputs(): return []\n", None)
+    apply_constants(module, {"shape[1]": 4, "n": 1, "missing": 7})
+    assert module.shape == (8, 4)
+    assert module.n == 1
+    assert not hasattr(module, "missing")
+
+
+def test_relu_at_published_size_is_measured_without_allocating():
+    # given level1/19_ReLU: a 4096 x 393216 fp32 input (6.4 GB)
+    source = _kb("level1/19_ReLU.py")
+    # when it is measured at its own sizes
+    sized = size_task(source, None, None)
+    # then the bytes are exact and nothing changed
+    assert sized["constants"] == {}
+    assert sized["bytes"]["input_bytes"] == 4096 * 393216 * 4
+    assert sized["bytes"]["output_bytes"] == 4096 * 393216 * 4
+    assert sized["bytes"]["largest"] == {"input": 4096 * 393216, "parameter": 0, "output": 4096 * 393216}
+    assert sized["bytes"]["how"] == "meta"
+
+
+def test_relu_scaled_under_a_bound_keeps_every_tensor_within_it():
+    sized = size_task(_kb("level1/19_ReLU.py"), None, 4096)
+    assert sized["bytes"]["largest"]["input"] <= 4096
+    assert sized["bytes"]["largest"]["output"] <= 4096
+    # the largest constant is halved each step: 4096 x 393216 ends as 64 x 48 (3072 <= 4096 < 64 x 96)
+    assert sized["constants"] == {"batch_size": 64, "dim": 48}
+
+
+def test_conv_task_keeps_its_kernel_size_and_stride():
+    # given a transposed 3-D convolution with kernel 3, stride 2, padding 1
+    source = _kb("level2/100_ConvTranspose3d_Clamp_Min_Divide.py")
+    sized = size_task(source, None, 65536)
+    # then the structural constants are untouched and every tensor fits
+    assert not {"kernel_size", "stride", "padding"} & set(sized["constants"])
+    assert max(sized["bytes"]["largest"].values()) <= 65536
+    module = load_task_module(source, None)
+    apply_constants(module, sized["constants"])
+    assert measure(module).largest == sized["bytes"]["largest"]
+
+
+def test_sizes_inside_get_inputs_cannot_be_scaled_and_say_so():
+    source = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+              "batch = 4\ndef get_inputs():\n    return [torch.rand(batch, 100000)]\n"
+              "def get_init_inputs():\n    return []\n")
+    with pytest.raises(SizeError, match=r"within 1000 elements: its largest (input|output) still has 100000"):
+        size_task(source, None, 1000)
+
+
+def test_forward_without_meta_kernel_runs_on_the_cpu_when_small():
+    # given a forward with a data-dependent output shape (no meta kernel)
+    source = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+              "        return torch.nonzero(x > 2.0)\n"
+              "n = 64\ndef get_inputs():\n    return [torch.arange(n, dtype=torch.float32)]\n"
+              "def get_init_inputs():\n    return []\n")
+    sized = size_task(source, None, 1 << 20)
+    assert sized["bytes"]["how"] == "cpu"
+    assert sized["bytes"]["largest"]["output"] == 61  # 3.0 .. 63.0, one index each
+
+
+def test_forward_without_meta_kernel_is_refused_when_large():
+    source = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+              "        return torch.nonzero(x > 2.0)\n"
+              "def get_inputs():\n    return [torch.zeros(1 << 24)]\n"
+              "def get_init_inputs():\n    return []\n")
+    with pytest.raises(SizeError, match="does not run on the meta device"):
+        size_task(source, None, None)

@@ -1,0 +1,146 @@
+"""A task's sizing by its own child (kept), the children's limits from its bytes, GPU admission and
+who an out-of-memory is on; the GPU parts run on the GPU machine."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpu_workers import EvalRequest, evaluate
+from gpu_workers.hardware import hardware_info
+from gpu_workers.taskbudget import memory_limits, neighbour_oom, task_sizing
+
+needs_gpu = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+KERNELBENCH = Path(__file__).resolve().parents[2] / ".." / "shared" / "kernelbench"
+GIB = 1 << 30
+
+TASK = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+batch_size = 4096
+dim = {dim}
+
+
+def get_inputs():
+    return [torch.rand(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _request(task: str, **fields) -> EvalRequest:
+    return EvalRequest(task_source=task, kernel_source="class ModelNew: pass", **fields)
+
+
+def test_a_task_is_sized_by_its_child_once(tmp_path, monkeypatch):
+    # given a 6.4 GB task and a cache that keeps nothing yet
+    monkeypatch.setenv("KERNELCOURT_CACHE_DIR", str(tmp_path))
+    task = TASK.format(dim=393216 + 7)
+    request = _request(task, max_elements=4096)
+    hardware = hardware_info("cpu")
+    # when it is sized twice
+    first = task_sizing(request, hardware, None)
+    second = task_sizing(request, hardware, None)
+    # then the child measured it, and the second answer is the kept one
+    assert first["kept"] is False and second["kept"] is True
+    assert first["constants"] == second["constants"]
+    assert max(first["bytes"]["largest"].values()) <= 4096
+    full = task_sizing(_request(task), hardware, None)
+    assert full["constants"] == {} and full["bytes"]["input_bytes"] == 4096 * (393216 + 7) * 4
+
+
+def test_a_task_that_cannot_fit_the_bound_says_so(kernelcourt_cache_dir):
+    from gpu_workers.build.compile import PhaseFailure
+
+    task = TASK.replace("torch.rand(batch_size, dim)", "torch.rand(8, 1 << 20)").format(dim=3)
+    with pytest.raises(PhaseFailure, match=r"no scaling of the task's size constants keeps every tensor within 64"):
+        task_sizing(_request(task, max_elements=64), hardware_info("cpu"), None)
+
+
+def test_limits_follow_the_task_unless_given():
+    sizing = {"bytes": {"input_bytes": 4 * GIB, "output_bytes": 4 * GIB, "parameter_bytes": 0}}
+    derived = memory_limits(_request(TASK, device="cuda"), sizing, rotations=5)
+    assert derived["rss"] == 2 * ((3 * 5 + 5 + 2) * 4 + 2 * 4) * 1024  # outputs reported + inputs, twice
+    assert derived["spawn"] == derived["rss"]  # above the default ceiling
+    small = memory_limits(_request(TASK), {"bytes": {"input_bytes": 1 << 20}}, rotations=24)
+    assert small == {"rss": 4096, "spawn": 16384}
+    assert memory_limits(_request(TASK, memory_limit_mb=2048), sizing, 5) == {"rss": 2048, "spawn": 2048}
+
+
+def test_only_an_admitted_evaluations_cuda_oom_is_a_neighbours():
+    oom = "the reference (task) failed to run: torch.OutOfMemoryError: CUDA out of memory."
+    assert neighbour_oom("runtime_error", oom, {"admitted": True, "bytes": GIB})
+    assert not neighbour_oom("runtime_error", oom, {"admitted": False, "bytes": GIB})
+    assert not neighbour_oom("incorrect", oom, {"admitted": True, "bytes": GIB})
+    assert not neighbour_oom("runtime_error", "RuntimeError: shape", {"admitted": True, "bytes": GIB})
+
+
+@needs_gpu[0]
+@needs_gpu[1]
+def test_relu_at_its_published_size_passes_on_the_gpu(kernelcourt_cache_dir):
+    # given level1/19_ReLU as published (a 6.4 GB input) and its identity candidate
+    from gpu_workers.suite.kernelbench import identity_candidate
+
+    source = (KERNELBENCH / "level1" / "19_ReLU.py").read_text()
+    result = evaluate(EvalRequest(task_source=source, kernel_source=identity_candidate(source), device="cuda",
+                                  track="open", task_name="19_ReLU", baselines=("eager",)))
+    assert result.status == "passed", result.message
+    assert result.timing_stats["memory"]["admitted"] is True
+    assert result.timing_stats["sizing"]["bytes"]["input_bytes"] == 4096 * 393216 * 4
+    assert abs(result.speedup["eager"] - 1.0) <= 0.03
+
+
+@needs_gpu[0]
+@needs_gpu[1]
+def test_an_oom_caused_by_a_neighbour_is_retried_as_infrastructure(kernelcourt_cache_dir):
+    # given a process outside the ledger that holds all but 1 GiB of the GPU
+    hog = subprocess.Popen([sys.executable, "-c", (
+        "import sys, torch; free, _ = torch.cuda.mem_get_info(); "
+        "x = torch.empty(free - (1 << 30), dtype=torch.uint8, device='cuda'); print('held', flush=True); "
+        "sys.stdin.read()")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert hog.stdout.readline().strip() == "held"
+        # when an evaluation admitted for its 8 GB announces less than the GPU has, but not free
+        task = TASK.format(dim=1 << 19)
+        from gpu_workers.suite.kernelbench import identity_candidate
+
+        result = evaluate(EvalRequest(task_source=task, kernel_source=identity_candidate(task), device="cuda",
+                                      track="open", baselines=("eager",)))
+    finally:
+        hog.stdin.close()
+        hog.wait(60)
+    # then it was retried, and its message says infrastructure, not the kernel
+    assert result.timing_stats["memory"]["admitted"] is True
+    assert len(result.timing_stats["retries"]) == 3
+    assert result.message.startswith("infrastructure: a CUDA out-of-memory caused by another process")
+
+
+def test_a_task_that_cannot_be_measured_runs_with_the_default_limits(tmp_path, monkeypatch):
+    # given a task whose constructor reads a value (no meta kernel) and is too large to build for real
+    monkeypatch.setenv("KERNELCOURT_CACHE_DIR", str(tmp_path))
+    task = TASK.replace("    def forward(self, x):", "    def __init__(self):\n        super().__init__()\n"
+                        "        self.k = float(torch.linspace(0, 1, 3)[1].item())\n\n    def forward(self, x):")
+    request = _request(task.format(dim=393216))
+    sizing = task_sizing(request, hardware_info("cpu"), None)
+    # then it is not a failure: nothing is scaled, the default limits apply and nothing is announced
+    assert sizing["constants"] == {} and sizing["bytes"] == {}
+    assert "Tensor.item() cannot be called on meta tensors" in sizing["error"]
+    assert memory_limits(request, sizing, rotations=24) == {"rss": 16384, "spawn": 16384}
+    # with a bound, the same task cannot be scaled and says why
+    from gpu_workers.build.compile import PhaseFailure
+
+    with pytest.raises(PhaseFailure, match="the task does not build at its own sizes on the meta device"):
+        task_sizing(_request(task.format(dim=393216), max_elements=1024), hardware_info("cpu"), None)
