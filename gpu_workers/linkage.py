@@ -45,10 +45,11 @@ _COMPUTE_LIBRARY = re.compile(
 _BLAS_C = re.compile(
     r"^(cblas_|LAPACKE_|lapacke_|mkl_|MKL_|dnnl_|mkldnn_|cublas|cudnn|cufft|cusparse|cusolver|cutensor|"
     r"openblas_|goto_|bli_|fbgemm|xnn_|pytorch_qnnp_|nnp_)"
-    r"|^(s|d|c|z|cs|zd|sc|dz|is|id|ic|iz)(gemm\w*|gemv|ger[cu]?|symm|symv|syrk|syr2k|syr2?|trmm|trmv|trsm|"
+    r"|^(?i:(s|d|c|z|cs|zd|sc|dz|is|id|ic|iz)(gemm\w*|gemv|ger[cu]?|symm|symv|syrk|syr2k|syr2?|trmm|trmv|trsm|"
     r"trsv|hemm|hemv|herk|her2k|axpy|axpby|dot[cu]?|nrm2|asum|scal|copy|swap|rotm?g?|amax|amin|[gs]bmv|spmv|"
     r"[tp][bp]mv|getr[fsi]|potr[fsi]|gesv|gesvd|gesdd|geqrf|orgqr|ormqr|syevd?|heevd?|gels[dy]?|trtrs|"
-    r"gees|geev|sytrf|hetrf|pstrf|lauum|trtri|gbsv|gtsv|posv|imatcopy|omatcopy)_?$")
+    r"gees|geev|sytrf|hetrf|pstrf|lauum|trtri|gbsv|gtsv|posv|imatcopy|omatcopy)"
+    r"(_batch\w*|_compute\w*|_pack\w*|_strided\w*)?(_64)?_?)$")  # MKL inside libtorch exports SGEMM, SGEMM_64…
 # Namespaces (first component of a mangled name) that are compute libraries.
 _COMPUTE_NAMESPACES = frozenset({"dnnl", "mkldnn", "ideep", "mkl", "cublas", "cudnn", "fbgemm", "xnnpack",
                                  "qnnpack", "pytorch_qnnp", "nnpack", "magma", "onednn", "cudnn_frontend"})
