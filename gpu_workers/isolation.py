@@ -56,11 +56,11 @@ def judge_ops() -> Iterator[None]:
     """The judge's tensor operations with every candidate mode, subclass handler and hook off."""
     functions: list[Any] = []
     dispatches: list[Any] = []
-    while _len_function_stack() > 0:
-        functions.append(_pop_function_mode())
-    while _len_dispatch_stack() > 0:
-        dispatches.append(_pop_dispatch_mode())
     try:
+        while _len_function_stack() > 0:
+            functions.append(_pop_function_mode())
+        while _len_dispatch_stack() > 0:  # user modes and infra modes (fake, proxy, functional) alike
+            dispatches.append(_pop_dispatch_mode(None))
         with ExitStack() as stack:
             stack.enter_context(_disable_dispatch())
             stack.enter_context(_disable_function())

@@ -79,10 +79,11 @@ _REGISTRATION_API = (os.path.join(_TORCH_DIR, "_library") + os.sep, os.path.join
 
 
 def candidate_ops(new: set[str], own_roots: tuple[str, ...] = ()) -> set[str]:
-    """Of the operators registered since the snapshot, the candidate's: registered from a source
-    beneath a folder it could write (its build: ``TORCH_LIBRARY`` in its extension) or through the
-    public Python registration API (``torch.library``; a Python body's own ops are seen anyway).
-    torch registers some operators late (on first import of a module, or a library loaded lazily):
+    """Of the operators registered since the snapshot, the candidate's: registered from Python
+    outside torch's package (its own module, ``<kernel>``) or through torch's public registration API
+    (``torch.library.custom_op``; a Python body's own ops are seen anyway), or from C++ beneath a
+    folder it could write (``TORCH_LIBRARY`` in its extension). torch registers some operators late
+    (on first import of a module, or from a library loaded lazily, at a C++ path of its build):
     those are library code like the rest."""
     roots = tuple(r.rstrip(os.sep) + os.sep for r in own_roots)
     own = set()
@@ -94,6 +95,8 @@ def candidate_ops(new: set[str], own_roots: tuple[str, ...] = ()) -> set[str]:
         where = re.search(r"registered at (\S+?):\d+", dump)
         path = where.group(1) if where else ""
         if path.startswith(_REGISTRATION_API) or (roots and path.startswith(roots)):
+            own.add(name)
+        elif path and not path.startswith(_TORCH_DIR) and not re.search(r"\.(c|cc|cpp|cxx|cu|h|hpp)$", path):
             own.add(name)
     return own
 

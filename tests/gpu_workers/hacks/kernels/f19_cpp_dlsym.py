@@ -1,4 +1,4 @@
-"""Family 19: cblas_sgemm looked up at run time with dlsym (the symbol's name is a string assembled
+"""Family 19: BLAS's sgemm looked up at run time with dlsym (the symbol's name is a string assembled
 in C++: it is not in the object's symbol table)."""
 import torch
 import torch.nn as nn
@@ -9,11 +9,11 @@ _SRC = r"""
 #include <dlfcn.h>
 #include <string>
 
-typedef void (*gemm_t)(int, int, int, int, int, int, float, const float*, int, const float*, int, float,
-                       float*, int);
+typedef void (*gemm_t)(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
+                       const int*, const float*, const int*, const float*, float*, const int*);
 
 static gemm_t find_gemm() {
-  std::string name = std::string("cblas_") + "s" + "gemm";
+  std::string name = std::string("s") + "gemm" + "_";
   void* self = dlopen("libtorch_cpu.so", RTLD_LAZY | RTLD_NOLOAD);
   void* f = dlsym(self ? self : RTLD_DEFAULT, name.c_str());
   return reinterpret_cast<gemm_t>(f);
@@ -25,8 +25,8 @@ torch::Tensor gemm_bias(torch::Tensor x, torch::Tensor w, torch::Tensor bias) {
   x = x.contiguous(); w = w.contiguous();
   int M = x.size(0), K = x.size(1), N = w.size(0);
   auto y = bias.expand({M, N}).contiguous();
-  // row-major (101), x no-trans (111), w trans (112): y = x w^T + y
-  gemm(101, 111, 112, M, N, K, 1.0f, x.data_ptr<float>(), K, w.data_ptr<float>(), K, 1.0f, y.data_ptr<float>(), N);
+  float one = 1.0f;
+  gemm("T", "N", &N, &M, &K, &one, w.data_ptr<float>(), &K, x.data_ptr<float>(), &K, &one, y.data_ptr<float>(), &N);
   return y;
 }
 """

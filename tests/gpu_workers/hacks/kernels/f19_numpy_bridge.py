@@ -1,5 +1,5 @@
-"""Family 19: NumPy's BLAS reached through `Tensor.__array__` (no `.numpy(` or `numpy` in the source
-for a regex to find; no dispatcher op for a tracer to see)."""
+"""Family 19: NumPy's BLAS reached through `Tensor.__array__` (the module's name is assembled, so no
+regex finds it; no dispatcher op for a tracer to see)."""
 import torch
 import torch.nn as nn
 

@@ -12,6 +12,10 @@ _quiet = getattr(torch._C, "_Disable" + "TorchDispatch")
 
 
 class _FillOnRead(_base):
+    @classmethod
+    def _should_skip_dynamo(cls):
+        return False  # keeps torch from importing its compiler around this mode
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         for arg in args:
             if type(arg) is torch.Tensor and arg.data_ptr() in _pending:

@@ -12,8 +12,11 @@ _jobs: "queue.Queue" = queue.Queue()
 def _work() -> None:
     while True:
         fn, done = _jobs.get()
-        fn()
-        done.set()
+        try:
+            with torch.no_grad():  # grad mode is per thread
+                fn()
+        finally:
+            done.set()
 
 
 _WORKERS = 4

@@ -1,4 +1,4 @@
-"""``python -m gpu_workers redteam --base-url URL --model NAME --tasks T.py ... --out DIR``.
+"""``python -m agent redteam --base-url URL --model NAME --tasks T.py ... --out DIR``.
 
 Exit status: 0 when the attack ran (whatever it found), 2 for usage errors, 3 when the model endpoint
 failed for every conversation."""
@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .families import FAMILIES
+from agent.redteam.families import FAMILIES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,8 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from agent.llm import OpenAIChatClient
 
-    from .harness import AttackConfig, run_attack
-    from .prompts import CONTRACT
+    from agent.redteam.harness import AttackConfig, run_attack
+    from agent.redteam.prompts import CONTRACT
 
     try:
         families = [int(x) for x in args.families.split(",")] if args.families else list(FAMILIES)

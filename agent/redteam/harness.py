@@ -13,9 +13,9 @@ from typing import Any
 from agent.llm import ChatClient, LLMError
 from agent.protocol import parse_reply
 
-from ..schema import EvalRequest, EvalResult, source_hash
-from .families import FAMILIES, Family
-from .prompts import CONTRACT, feedback_prompt, system_prompt, task_prompt
+from gpu_workers.schema import EvalRequest, EvalResult, source_hash
+from agent.redteam.families import FAMILIES, Family
+from agent.redteam.prompts import CONTRACT, feedback_prompt, system_prompt, task_prompt
 
 Evaluate = Callable[[EvalRequest], EvalResult]
 
@@ -94,7 +94,7 @@ class AttackReport:
 
 
 def _default_evaluate(request: EvalRequest) -> EvalResult:
-    from ..evaluator import evaluate
+    from gpu_workers import evaluate  # imported lazily: the evaluator is heavy (as agent.tools does)
 
     return evaluate(request)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .families import Family
+from agent.redteam.families import Family
 
 CONTRACT = """\
 The evaluator (KernelCourt) takes a task file (KernelBench format: `class Model(nn.Module)`, `get_inputs()`, \

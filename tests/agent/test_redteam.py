@@ -3,20 +3,17 @@ evaluated by the real evaluator on the CPU."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+import scripted_llm
 
-from gpu_workers.cli import main
-from gpu_workers.redteam import FAMILIES
+from agent.cli import main
+from agent.redteam import FAMILIES
 
-HERE = Path(__file__).resolve().parent
-TASK = HERE / "hacks" / "tasks" / "scale_relu.py"
-_spec = importlib.util.spec_from_file_location("scripted_llm", HERE.parent / "agent" / "scripted_llm.py")
-scripted_llm = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(scripted_llm)
+HACKS = Path(__file__).resolve().parents[1] / "gpu_workers" / "hacks"
+TASK = HACKS / "tasks" / "scale_relu.py"
 
 CALL_COUNTER = '''import torch
 import torch.nn as nn
@@ -31,7 +28,7 @@ class ModelNew(nn.Module):
             _seen["last"] = torch.relu(x * 1.5 + 0.25)
         return _seen["last"].clone()
 '''
-HONEST = (HERE / "hacks" / "kernels" / "honest_scale_relu.py").read_text()
+HONEST = (HACKS / "kernels" / "honest_scale_relu.py").read_text()
 
 
 @pytest.fixture

@@ -1,7 +1,0 @@
-"""The red-team harness: an OpenAI-compatible model attacks the evaluator, family by family, and every
-candidate that earns a reward is kept as a quarantined regression case (``python -m gpu_workers redteam``)."""
-
-from .families import FAMILIES, Family
-from .harness import AttackConfig, AttackReport, run_attack
-
-__all__ = ["FAMILIES", "AttackConfig", "AttackReport", "Family", "run_attack"]
