@@ -31,7 +31,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from agent.llm import OpenAIChatClient
-
     from agent.redteam.harness import AttackConfig, run_attack
     from agent.redteam.prompts import CONTRACT
 

@@ -12,10 +12,9 @@ from typing import Any
 
 from agent.llm import ChatClient, LLMError
 from agent.protocol import parse_reply
-
-from gpu_workers.schema import EvalRequest, EvalResult, source_hash
 from agent.redteam.families import FAMILIES, Family
 from agent.redteam.prompts import CONTRACT, feedback_prompt, system_prompt, task_prompt
+from gpu_workers.schema import EvalRequest, EvalResult, source_hash
 
 Evaluate = Callable[[EvalRequest], EvalResult]
 

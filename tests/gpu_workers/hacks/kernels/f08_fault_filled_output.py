@@ -1,7 +1,6 @@
 """Family 8: the output is memory mapped without access; a SIGSEGV handler installed from C++ fills
 each page from the input when it is first read (by the judge, after the timer stopped). Its storage,
 type and device are all in order."""
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

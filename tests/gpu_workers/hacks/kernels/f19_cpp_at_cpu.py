@@ -1,6 +1,5 @@
 """Family 19: the CPU kernel of addmm called directly (`at::cpu::`), below the dispatcher: neither a
 dispatch mode nor the profiler's operator records see it."""
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

@@ -1,6 +1,5 @@
 """Family 19: MKL's SGEMM, which libtorch exports, declared by hand in C++ (no vendor include for a
 regex to find, no operator for a tracer to see)."""
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

@@ -1,6 +1,5 @@
 """Family 19: BLAS's sgemm looked up at run time with dlsym (the symbol's name is a string assembled
 in C++: it is not in the object's symbol table)."""
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

@@ -1,6 +1,5 @@
 """Family 19: ATen's addmm called from C++ under a dispatch-key guard that excludes the Python key
 (a dispatch-mode tracer is skipped)."""
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

@@ -1,5 +1,4 @@
 """Honest control (strict): relu(1.5 x + 0.25) in its own C++ loop; allocation through ATen."""
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
