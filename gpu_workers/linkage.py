@@ -290,23 +290,6 @@ def summarise(reports: Iterable[ObjectReport], limit: int = 6) -> tuple[list[str
 
 
 # ---- which objects are the candidate's -----------------------------------------------------------
-def mapped_objects(maps_text: str) -> dict[str, int]:
-    """File-backed executable mappings of a process (``/proc/<pid>/maps``): path -> inode."""
-    found: dict[str, int] = {}
-    for line in maps_text.splitlines():
-        fields = line.split(None, 5)
-        if len(fields) < 6 or "x" not in fields[1]:
-            continue
-        path = fields[5].strip()
-        if path.startswith("["):
-            continue
-        try:
-            found[path] = int(fields[4])
-        except ValueError:
-            continue
-    return found
-
-
 def candidate_objects(before: dict[str, int], after: dict[str, int], writable: Iterable[str]) -> list[str]:
     """Executable objects mapped since ``before`` that candidate code could have written: beneath a
     folder it may write to (its working folder, its build folder, its caches, /dev), an in-memory

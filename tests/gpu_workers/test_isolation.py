@@ -10,10 +10,10 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from gpu_workers.isolation import (
+from gpu_workers.judge import fingerprint_mismatch
+from gpu_workers.child.isolation import (
     Fingerprint,
     OperatorSnapshot,
-    fingerprint_mismatch,
     judge_ops,
     process_cpu_s,
     read_all,

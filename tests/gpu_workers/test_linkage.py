@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpu_workers import linkage
+from gpu_workers.child.isolation import mapped_objects
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
@@ -119,4 +120,4 @@ def test_mapped_objects_reads_executable_file_mappings():
             "7f10-7f20 rw-p 00000000 08:01 42 /usr/lib/libc.so.6\n"
             "7f20-7f30 r--p 00000000 08:01 43 /data/weights.bin\n"
             "7ffd-7ffe r-xp 00000000 00:00 0 [vdso]\n")
-    assert linkage.mapped_objects(maps) == {"/usr/lib/libc.so.6": 42}
+    assert mapped_objects(maps) == {"/usr/lib/libc.so.6": 42}

@@ -6,14 +6,15 @@ import threading
 
 import torch
 
-from gpu_workers.watch import ForwardWatch, kernel_base_name, own_kernel_names
+from gpu_workers.child.watch import ForwardWatch, kernel_base_name, own_kernel_names
+from gpu_workers.rules import ALLOCATION_AND_VIEW_OPS
 
 CPU = torch.device("cpu")
 
 
 def test_ops_below_the_python_dispatch_key_and_in_other_threads_are_the_forwards():
     # given a watch started before "the candidate" exists, and a worker thread started before any call
-    watch = ForwardWatch(CPU, "")
+    watch = ForwardWatch(CPU, "", allowed_ops=ALLOCATION_AND_VIEW_OPS)
     watch.start()
     x = torch.randn(64)
     go, done = threading.Event(), threading.Event()
@@ -44,7 +45,7 @@ def test_ops_below_the_python_dispatch_key_and_in_other_threads_are_the_forwards
 
 def test_torchs_other_namespaces_are_library_and_the_candidates_own_op_is_not():
     # given an operator the "candidate" registers after the watch was made, with an allowed body
-    watch = ForwardWatch(CPU, "")
+    watch = ForwardWatch(CPU, "", allowed_ops=ALLOCATION_AND_VIEW_OPS)
     watch.start()
     lib = torch.library.Library("kc_watch_test", "DEF")
     lib.define("copy_of(Tensor x) -> Tensor")
@@ -63,7 +64,7 @@ def test_torchs_other_namespaces_are_library_and_the_candidates_own_op_is_not():
 
 
 def test_a_call_that_reaches_numpy_is_seen():
-    watch = ForwardWatch(CPU, "")
+    watch = ForwardWatch(CPU, "", allowed_ops=ALLOCATION_AND_VIEW_OPS)
     watch.start()
     x = torch.randn(8)
     with watch.call():

@@ -256,22 +256,50 @@ class Fingerprint:
         return out
 
 
-def fingerprint_mismatch(got: list[list[float] | None], want: list[list[float] | None],
-                         bounds: list[list[float] | None]) -> str | None:
-    """Why a timed call's fingerprint cannot come from an output within the tolerance (None: it can)."""
-    if len(got) != len(want):
-        return f"{len(got)} outputs, the reference has {len(want)}"
-    for k, (g, w, b) in enumerate(zip(got, want, bounds)):
-        if w is None or b is None:
+# ---- inputs made when they are needed ----------------------------------------------------------
+class JustInTime(Sequence):
+    """Input sets made from their seeds at the moment they are asked for, and never kept: no input
+    of a later timed call exists in the process before that call (nothing for a first call to find
+    in memory and compute ahead: super-batching). ``make(seed)`` is the trusted task's own."""
+
+    def __init__(self, make: Any, seeds: Sequence[int]):
+        self._make = make
+        self._seeds = list(seeds)
+
+    def __len__(self) -> int:
+        return len(self._seeds)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return self._make(self._seeds[index])
+
+
+# ---- which native objects are mapped -----------------------------------------------------------
+def executable_mappings() -> dict[str, int]:
+    """File-backed executable mappings of this process (``/proc/self/maps``): path -> inode."""
+    try:
+        with _open("/proc/self/maps", encoding="ascii", errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return {}
+    return mapped_objects(text)
+
+
+def mapped_objects(maps_text: str) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for line in maps_text.splitlines():
+        fields = line.split(None, 5)
+        if len(fields) < 6 or "x" not in fields[1]:
             continue
-        if not all(math.isfinite(v) for v in (*w, *b)):
-            continue  # a non-finite reference is the full comparison's to judge
-        if g is None:
-            return f"output {k} is missing"
-        for gi, wi, bi in zip(g, w, b):
-            if not math.isfinite(gi) or abs(gi - wi) > bi:
-                return f"output {k}'s projection is {gi:.6g}, the reference's {wi:.6g} (bound ±{bi:.3g})"
-    return None
+        path = fields[5].strip()
+        if path.startswith("["):
+            continue
+        try:
+            found[path] = int(fields[4])
+        except ValueError:
+            continue
+    return found
 
 
 # ---- CPU time of the timed calls ---------------------------------------------------------------
