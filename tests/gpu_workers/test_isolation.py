@@ -91,10 +91,20 @@ def test_operator_snapshot_sees_a_kernel_registered_over_a_judge_op():
         lib._destroy()
 
 
-def test_read_all_reads_every_output_byte():
-    # given an output whose memory is a real mapping, readable
-    out = torch.arange(6, dtype=torch.float32)
-    assert read_all([out, 3, torch.zeros(0)]) == float(out.view(torch.uint8).sum())
+def test_read_all_reads_every_output_byte_and_fills_a_lazily_mapped_output():
+    # given an output over a mapping whose pages exist only once touched (an anonymous mmap)
+    length = mmap.PAGESIZE * 4
+    buf = mmap.mmap(-1, length)
+    out = torch.frombuffer(buf, dtype=torch.float32)
+    # when every byte is read (with other outputs that are not tensors or are empty)
+    read_all([out, 3, torch.zeros(0)])
+    # then every page of it is resident (mincore: all pages touched)
+    libc = ctypes.CDLL(None)
+    vec = (ctypes.c_ubyte * 4)()
+    address = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    assert libc.mincore(ctypes.c_void_p(address), ctypes.c_size_t(length), vec) == 0
+    assert [v & 1 for v in vec] == [1, 1, 1, 1]
+    del out
 
 
 def test_an_output_without_readable_memory_is_found():
