@@ -40,6 +40,8 @@ ALLOCATION_AND_VIEW_OPS = (
     # scalars and metadata
     "_local_scalar_dense", "item", "is_nonzero", "sym_size", "sym_stride", "sym_numel", "size", "stride",
     "dim", "numel", "is_same_size", "_has_compatible_shallow_copy_type", "equal",
+    # lazy conjugate/negative bits resolved (no arithmetic on real tensors)
+    "resolve_conj", "resolve_neg",
 )
 
 # The dynamic checks the evaluator knows; a rule set switches them and sets their severity.
@@ -67,7 +69,7 @@ DYNAMIC_CHECKS: dict[str, dict[str, Any]] = {
                                             "(its dynamic symbol table: linkage.py)"},
     "timed_fingerprint_mismatch": {"family": 21, "why": "a timed call's output cannot be the answer to its own "
                                                         "input set (fingerprint against the reference's)"},
-    "thread_budget": {"family": 6, "why": "the timed calls used more CPU than the baselines' thread budget "
+    "thread_budget": {"family": 31, "why": "the timed calls used more CPU than the baselines' thread budget "
                                           "allows; no speed reward"},
     "unjoined_stream": {"family": 1, "why": "forward launched work on a stream the timer's stream never joined"},
 }

@@ -101,3 +101,18 @@ def test_redteam_exits_3_when_the_endpoint_is_down(tmp_path, capsys):
     assert code == 3
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["candidates"] == 0 and "HTTP 400" in report["errors"][0]
+
+
+def test_the_evaluators_command_line_hands_redteam_to_the_agent(tmp_path):
+    # given the evaluator's own command line (which never imports the agent)
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-m", "gpu_workers", "redteam", "--base-url", "http://127.0.0.1:9/v1",
+                           "--model", "m", "--tasks", str(TASK), "--families", "77", "--out", str(tmp_path)],
+                          cwd=repo, capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(repo)})
+    # then the agent's harness answered (a usage error for the unknown family)
+    assert proc.returncode == 2
+    assert "unknown families [77]" in proc.stderr
