@@ -556,6 +556,7 @@ def _judge(request: EvalRequest, rule_set: dict[str, Any], hardware: dict[str, A
         _keep(findings, judge.repeat_finding(rule_set, timing) or judge.repeat_finding(rule_set, timing, "e2e_"))
         _keep(findings, judge.unseen_work_finding(rule_set, timing))
         _keep(findings, judge.thread_budget_finding(rule_set, timing, threads_for(request)))
+        _keep(findings, judge.unjoined_stream_finding(rule_set, timing, evidence.watch))
     if correct:
         _keep(findings, judge.fingerprint_finding(rule_set, timing.get("fingerprints") or [], reference["rotations"]))
         eager = baselines.get("eager", {})

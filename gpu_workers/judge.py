@@ -300,6 +300,20 @@ def linkage_findings(rule_set: dict[str, Any], objects: dict[str, Any]) -> list[
     return [f] if f is not None else []
 
 
+def unjoined_stream_finding(rule_set: dict[str, Any], stats: dict[str, Any],
+                            report: dict[str, Any]) -> Finding | None:
+    """``unjoined_stream`` (strict): the end-to-end time was more than the forward's stream explains
+    (``timed: "end to end"``) and the watch saw forward's kernels on a stream the judge's work never
+    used: work the timer's stream did not join, however the stream was made (torch, runtime,
+    driver API)."""
+    elsewhere = (report or {}).get("other_stream_kernels") or {}
+    if stats.get("timed") != "end to end" or not elsewhere:
+        return None
+    listed = ", ".join(f"{name[:60]} ×{n}" for name, n in sorted(elsewhere.items(), key=lambda kv: -kv[1])[:4])
+    return make_finding(rule_set, "unjoined_stream", f"{listed}; {stats.get('net_median_ms', 0):.4g} ms end to end "
+                        f"against {stats.get('gpu_median_ms', 0):.4g} ms on the timer's stream")
+
+
 def fingerprint_finding(rule_set: dict[str, Any], fingerprints: list[Any],
                         rotations: list[dict[str, Any]]) -> Finding | None:
     """``timed_fingerprint_mismatch``: some timed call's output is not its own input set's answer."""

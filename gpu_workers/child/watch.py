@@ -190,14 +190,14 @@ class ForwardWatch:
         allocation, view, copy or memory transfer)."""
         report: dict[str, Any] = {"watched": self.enabled, "calls": self.calls, "ops": {}, "kernels": {},
                                   "numpy": dict(self.numpy_calls), "library_ops": {}, "library_kernels": {},
-                                  "own_ops": []}
+                                  "own_ops": [], "other_stream_kernels": {}}
         if not self.enabled or self._profiler is None:
             return report
         self._profiler.__exit__(None, None, None)
         own_ops = candidate_ops(registered_ops() - self.before_ops, self.own_roots)
         report["own_ops"] = sorted(own_ops)
-        ops, kernels = forward_activity(self._profiler, self.label)
-        report["ops"], report["kernels"] = ops, kernels
+        ops, kernels, elsewhere = forward_activity(self._profiler, self.label)
+        report["ops"], report["kernels"], report["other_stream_kernels"] = ops, kernels, elsewhere
         allowed = self.allowed_ops
         known = self.before_ops
         for name, count in ops.items():
@@ -214,9 +214,11 @@ class ForwardWatch:
         return report
 
 
-def forward_activity(profiler: Any, label: str) -> tuple[dict[str, int], dict[str, int]]:
-    """(ops, kernels) that started inside the ranges named ``label``: CPU events from any thread by
-    start time; device kernels by the host call that launched them (CUPTI's correlation id)."""
+def forward_activity(profiler: Any, label: str) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    """(ops, kernels, kernels on other streams) that started inside the ranges named ``label``: CPU
+    events from any thread by start time; device kernels by the host call that launched them
+    (CUPTI's correlation id). The third: forward kernels on a stream none of the judge's own device
+    work (copies, reads, fingerprints, all on the timer's stream) ran on."""
     events = list(profiler.profiler.kineto_results.events())
     ranges = sorted((e.start_ns(), e.start_ns() + e.duration_ns()) for e in events
                     if e.name() == label and _on_cpu(e))
@@ -245,11 +247,29 @@ def forward_activity(profiler: Any, label: str) -> tuple[dict[str, int], dict[st
                 launched_inside.add(correlation)
         else:
             device_events.append(e)
+    judge_streams: set[int] = set()
+    forward_streams: list[tuple[str, int]] = []
     for e in device_events:
         correlation = _correlation(e)
+        stream = _stream(e)
         if correlation and correlation in launched_inside:
             kernels[e.name()] = kernels.get(e.name(), 0) + 1
-    return ops, kernels
+            forward_streams.append((e.name(), stream))
+        elif stream >= 0:
+            judge_streams.add(stream)
+    elsewhere: dict[str, int] = {}
+    for name, stream in forward_streams:
+        if judge_streams and stream >= 0 and stream not in judge_streams:
+            elsewhere[name] = elsewhere.get(name, 0) + 1
+    return ops, kernels, elsewhere
+
+
+def _stream(event: Any) -> int:
+    getter = getattr(event, "device_resource_id", None)
+    try:
+        return int(getter()) if getter is not None else -1
+    except (TypeError, ValueError):
+        return -1
 
 
 def _on_cpu(event: Any) -> bool:

@@ -81,3 +81,13 @@ def test_withhold_speed_is_validated_data():
     assert default_rule_set("strict")["withhold_speed"] == ["precision_downgrade", "thread_budget"]
     with pytest.raises(ValueError, match="withhold_speed names unknown checks"):
         validate_rule_set({"track": "strict", "withhold_speed": ["no_such_check"]})
+
+
+def test_unjoined_stream_needs_unexplained_time_and_kernels_on_another_stream():
+    report = {"watched": True, "other_stream_kernels": {"scale_relu_slow(float const*, float*, long)": 40}}
+    stats = {"timed": "end to end", "net_median_ms": 2.0, "gpu_median_ms": 0.01}
+    finding = judge.unjoined_stream_finding(STRICT, stats, report)
+    assert finding.rule == "unjoined_stream" and finding.severity == "reject" and "scale_relu_slow" in finding.message
+    assert judge.unjoined_stream_finding(STRICT, {**stats, "timed": "kernel side"}, report) is None
+    assert judge.unjoined_stream_finding(STRICT, stats, {"other_stream_kernels": {}}) is None
+    assert judge.unjoined_stream_finding(OPEN, stats, report) is None
