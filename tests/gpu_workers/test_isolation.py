@@ -10,7 +10,6 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from gpu_workers.judge import fingerprint_mismatch
 from gpu_workers.child.isolation import (
     Fingerprint,
     OperatorSnapshot,
@@ -19,6 +18,7 @@ from gpu_workers.child.isolation import (
     read_all,
     unreadable_outputs,
 )
+from gpu_workers.judge import fingerprint_mismatch
 
 
 class CountingDispatch(TorchDispatchMode):
