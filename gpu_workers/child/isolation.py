@@ -110,10 +110,13 @@ class OperatorSnapshot:
 
     @staticmethod
     def _fallbacks() -> set[str]:
-        found = set()
+        found: set[str] = set()
+        has_fallback = getattr(torch._C, "_dispatch_has_backend_fallback", None)
+        if has_fallback is None:
+            return found
         for key in _dispatch_keys():
             try:
-                if torch._C._dispatch_has_backend_fallback(key):
+                if has_fallback(key):
                     found.add(str(key))
             except (RuntimeError, TypeError):
                 continue

@@ -148,7 +148,10 @@ class ForwardWatch:
         if self.device.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
         # every thread: a pool started at import that does the work while forward waits is seen too
-        config = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
+        try:
+            config = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
+        except TypeError:  # a torch without the switch records the threads it follows
+            config = None
         self._profiler = profile(activities=activities, record_shapes=False, with_stack=False,
                                  experimental_config=config)
         self._profiler.__enter__()
