@@ -82,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, default=600.0, help="seconds per LLM request")
     run.add_argument("--retries", type=int, default=4, help="retries on 429/5xx/connection errors")
     run.add_argument("--task-name", default="")
+    from agent.redteam.cli import add_arguments as add_redteam_arguments
+
+    add_redteam_arguments(sub.add_parser("redteam", help="attack the evaluator with a model: every rewarded "
+                                         "candidate is kept as a quarantined regression case"))
     return parser
 
 
@@ -158,5 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "run":
         return cmd_run(args)
+    if args.command == "redteam":
+        from agent.redteam.cli import run as run_redteam
+
+        return run_redteam(args)
     parser.error(f"unknown command {args.command!r}")
     return EXIT_USAGE

@@ -1,4 +1,4 @@
-"""``python -m gpu_workers evaluate|evaluate-batch`` — the evaluator's command line (DESIGN.md)."""
+"""``python -m gpu_workers evaluate|evaluate-batch|redteam`` — the evaluator's command line (DESIGN.md)."""
 
 from __future__ import annotations
 
@@ -93,6 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     batch.add_argument("--workers", type=int, default=1)
     batch.add_argument("--gpus", type=int, default=0)
     _add_common(batch)
+    sub.add_parser("redteam", add_help=False, help="attack the evaluator with an OpenAI-compatible model "
+                   "(python -m agent redteam; --help there)")
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["redteam"]:
+        return _redteam(argv[1:])
     args = parser.parse_args(argv)
 
     from .tasks import TaskError
@@ -113,6 +119,15 @@ def main(argv: list[str] | None = None) -> int:
             print(_human(result))
         return 0
     return _batch(args)
+
+
+def _redteam(argv: list[str]) -> int:
+    """The red-team harness drives a model through the agent's client, and the evaluator never
+    imports the agent (tests/test_import_contract.py): it runs as ``python -m agent redteam``, in a
+    process of its own, with the same arguments."""
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "agent", "redteam", *argv], check=False).returncode
 
 
 def _batch(args: argparse.Namespace) -> int:

@@ -45,19 +45,31 @@ INIT_CONFIGS = 2
 # first timing has come out 3.7x slow on the CPU (0.48 against 0.13 ms), which alone carried an honest
 # 2.5x kernel past a 10x line. A speedup beyond even this is flagged at once.
 UNSETTLED_LINE = 4.0
-E2E_ROTATIONS = 2  # CUDA: input sets only the timing's end-to-end iterations see (timing.time_callable)
+CUDA_FRESH = 120  # CUDA: input sets of the timing's main iterations, each timed once (no repeats)
+E2E_ROTATIONS = 40  # CUDA: input sets only the timing's end-to-end iterations see (timing.time_callable)
+CUDA_WHOLE = 3  # CUDA: of each kind, the first this many input sets' outputs are kept whole; all are fingerprinted
 
 
 def rotations_for(device: str) -> int:
-    """Input sets the timing loop cycles through, each checked. On the CPU every timed iteration
-    gets inputs never seen before (no repeats to cache); GPU-sized inputs are too large for that,
-    so there the loop cycles through three, its end-to-end iterations through two more, and repeats
-    are compared with first sights."""
-    return 3 + E2E_ROTATIONS if device == "cuda" else 24
+    """Input sets the timing cycles through, each made from its own secret seed when the timing
+    reaches it and never before, and every one of its outputs checked (a fingerprint against the
+    reference's for the same set; whole where ``kept_rotations`` says). Every timed iteration gets a
+    set it has never seen: nothing to cache, and no later call's input exists for an earlier call
+    to compute ahead (super-batching). On CUDA the main iterations have ``CUDA_FRESH`` sets, the
+    end-to-end iterations ``E2E_ROTATIONS`` of their own."""
+    return CUDA_FRESH + E2E_ROTATIONS if device == "cuda" else 24
+
+
+def kept_rotations(device: str) -> list[int]:
+    """The input sets whose timed outputs travel whole to the parent (GPU-sized outputs are too
+    large to keep for every set: the rest are checked by fingerprint)."""
+    if device != "cuda":
+        return list(range(rotations_for(device)))
+    return list(range(CUDA_WHOLE)) + list(range(CUDA_FRESH, CUDA_FRESH + min(CUDA_WHOLE, E2E_ROTATIONS)))
 
 
 def max_timed_iterations(device: str) -> int:
-    return 1000 if device == "cuda" else rotations_for(device)
+    return CUDA_FRESH if device == "cuda" else rotations_for(device)
 
 
 def timing_options(hardware: dict[str, Any], settings: EvaluatorSettings) -> dict[str, Any]:
@@ -169,6 +181,7 @@ def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | No
                    for i in range(request.trials)],
         "rotations": [secrets.randbits(62) for _ in range(rotations_for(request.device))],
         "after": secrets.randbits(62),
+        "fingerprint": secrets.randbits(62),
     }
     cached: dict[str, dict[str, Any]] = {}
     wanted: list[str] = []  # timed by this evaluation: not kept yet, or kept from too few evaluations
@@ -184,7 +197,9 @@ def _reference(request: EvalRequest, hardware: dict[str, Any], profile: str | No
              "device": _device_string(request),
              "seeds": seeds, "baselines": wanted, "count_flops": flops_cached is None,
              "timing_budget_s": request.timing_budget_s, "max_iters": max_timed_iterations(request.device),
-             **timing_options(hardware, settings), "threads": threads_for(request)}
+             **timing_options(hardware, settings), "threads": threads_for(request),
+             "fingerprint_seed": seeds["fingerprint"], "keep_rotations": kept_rotations(request.device),
+             "atol": request.atol, "rtol": request.rtol}
     env = child_env(request, hardware, None, hide_gpu=False)
     child, reused = refpool.borrow(env, limits["spawn"])
     child.memory_limit_bytes = limits["rss"] << 20  # this evaluation's own bound (the watchdog's)
@@ -347,6 +362,11 @@ def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, 
         **timing_options(hardware, settings),
         "threads": threads_for(request),
         "trace_ops": True,
+        # strict: one profiler session watches every forward call (child/watch.py)
+        "watch": rule_set["dynamic"].get("library_compute", {}).get("enabled", False),
+        "allowed_ops": list(rule_set["allowed_ops"]),
+        "fingerprint_seed": reference["seeds"]["fingerprint"],
+        "keep_rotations": kept_rotations(request.device),
         "poison_bytes": 2 * out_bytes,
     }
     max_bytes = 64 * (out_bytes + (1 << 20)) * (request.trials + rotations_for(request.device) + 4)
@@ -410,6 +430,8 @@ def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, 
                     gpu.release("candidate: done")  # its GPU work is over: only its exit is left
                     evidence.patched.extend(message.get("patched", []))
                     evidence.blocked.extend(message.get("blocked", []))
+                    evidence.watch = message.get("watch") or {}
+                    evidence.objects = message.get("objects") or {}
                     cpu.add("candidate", child.cpu_seconds())
                     break
                 if phase in _PAUSE_POINTS:  # the child waits for our go; a waiting timing goes first
@@ -455,6 +477,8 @@ def _judge(request: EvalRequest, rule_set: dict[str, Any], hardware: dict[str, A
     findings: list[Finding] = []
     observations = evidence.trials + [evidence.after, evidence.again]
     findings.extend(judge.guard_findings(rule_set, observations))
+    findings.extend(judge.watch_findings(rule_set, evidence.watch))
+    findings.extend(judge.linkage_findings(rule_set, evidence.objects))
     if evidence.patched:
         f = make_finding(rule_set, "patched_measurement", ", ".join(sorted(set(evidence.patched))[:8]))
         _keep(findings, f)
@@ -474,7 +498,9 @@ def _judge(request: EvalRequest, rule_set: dict[str, Any], hardware: dict[str, A
     correct = passed == len(reference["trials"]) and not lazy
     if correct:
         timed_failures = []
-        for r, (kept, ref) in enumerate(zip(evidence.kept_outputs, reference["rotations"])):
+        whole = (evidence.timing or {}).get("kept_rotations") or list(range(len(evidence.kept_outputs)))
+        for r, kept in zip(whole, evidence.kept_outputs):
+            ref = reference["rotations"][r]
             cmp = judge.compare_outputs(kept, ref["outputs"], ref.get("outputs64"), request.atol, request.rtol)
             if not cmp.ok:
                 timed_failures.append(f"timing input set {r + 1}: {cmp.reason}")
@@ -544,6 +570,10 @@ def _judge(request: EvalRequest, rule_set: dict[str, Any], hardware: dict[str, A
             _keep(findings, f)
         _keep(findings, judge.repeat_finding(rule_set, timing) or judge.repeat_finding(rule_set, timing, "e2e_"))
         _keep(findings, judge.unseen_work_finding(rule_set, timing))
+        _keep(findings, judge.thread_budget_finding(rule_set, timing, threads_for(request)))
+        _keep(findings, judge.unjoined_stream_finding(rule_set, timing, evidence.watch))
+    if correct:
+        _keep(findings, judge.fingerprint_finding(rule_set, timing.get("fingerprints") or [], reference["rotations"]))
         eager = baselines.get("eager", {})
         f = judge.timer_finding(rule_set, wall_ms=evidence.timing_wall_ms, stats=timing,
                                 overhead_ms_per_iter=eager.get("overhead_ms_per_iter"),
@@ -561,7 +591,8 @@ def _judge(request: EvalRequest, rule_set: dict[str, Any], hardware: dict[str, A
         trials_passed=passed,
         trials=len(reference["trials"]),
         floor_ms=floor_ms,
-        timing_stats={"kernel": {k: v for k, v in timing.items()},
+        timing_stats={"kernel": {k: v for k, v in timing.items() if k != "fingerprints"},
+                      "watch": {k: v for k, v in (evidence.watch or {}).items() if k != "own_ops"},
                       **{n: _baseline_stats(baselines.get(n, {})) for n in request.baselines},
                       "speedup_interval": _speedup_intervals(request, timing, baselines),
                       "wall_ms": evidence.timing_wall_ms, "descheduled_ms": evidence.timing_descheduled_ms},
@@ -584,6 +615,8 @@ def _finish(result: EvalResult, findings: list[Finding], request: EvalRequest, r
     result.reward_config = {"name": reward_cfg.get("name", ""), "version": reward_cfg.get("version", "")}
     result.hardware = hardware or {}
     result.settings = {"evaluator": settings.to_dict(), "rule_set": rule_set, "reward_config": reward_cfg}
+    withheld = set(rule_set.get("withhold_speed", ()))
+    result.speed_withheld = sorted({f.rule for f in result.findings if f.rule in withheld})
     result.reward = compute_reward(result, reward_cfg)
     result.duration_s = round(time.monotonic() - started, 3)
     return result

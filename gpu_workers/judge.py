@@ -182,6 +182,27 @@ class Evidence:
     blocked: list[str] = field(default_factory=list)
     timing_wall_ms: float | None = None
     timing_descheduled_ms: float | None = None  # of that wall time, the timing thread waiting for a CPU
+    watch: dict[str, Any] = field(default_factory=dict)  # child/watch.py's report (strict track)
+    objects: dict[str, Any] = field(default_factory=dict)  # executable mappings before/after, writable roots
+
+
+def fingerprint_mismatch(got: list[list[float] | None], want: list[list[float] | None],
+                         bounds: list[list[float] | None]) -> str | None:
+    """Why a timed call's fingerprint (child.isolation.Fingerprint) cannot come from an output within
+    the tolerance of the reference's for the same inputs (None: it can)."""
+    if len(got) != len(want):
+        return f"{len(got)} outputs, the reference has {len(want)}"
+    for k, (g, w, b) in enumerate(zip(got, want, bounds)):
+        if w is None or b is None:
+            continue
+        if not all(math.isfinite(v) for v in (*w, *b)):
+            continue  # a non-finite reference is the full comparison's to judge
+        if g is None:
+            return f"output {k} is missing"
+        for gi, wi, bi in zip(g, w, b):
+            if not math.isfinite(gi) or abs(gi - wi) > bi:
+                return f"output {k}'s projection is {gi:.6g}, the reference's {wi:.6g} (bound ±{bi:.3g})"
+    return None
 
 
 def library_ops(ops: dict[str, int], allowed: list[str]) -> dict[str, int]:
@@ -226,6 +247,97 @@ def guard_findings(rule_set: dict[str, Any], observations: list[dict[str, Any]])
         findings.append(Finding("precision_downgrade", "review",
                                 "casts to lower precision inside forward: " + ", ".join(downcasts[:4]), family=13))
     return [f for f in findings if f is not None]
+
+
+def watch_findings(rule_set: dict[str, Any], report: dict[str, Any]) -> list[Finding]:
+    """``library_compute`` from what the watch saw start inside forward calls (every call, the
+    timed ones too): operators neither the candidate's own nor allocation/view/copy, whatever
+    dispatch keys were excluded; device kernels not from its sources; calls that reached NumPy."""
+    if not report or not report.get("watched"):
+        return []
+    parts = []
+    for key, what in (("library_ops", "operators"), ("library_kernels", "device kernels"), ("numpy", "NumPy calls")):
+        found = report.get(key) or {}
+        if found:
+            listed = ", ".join(f"{name[:80]} ×{n}" for name, n in sorted(found.items(), key=lambda kv: -kv[1])[:6])
+            parts.append(f"{what}: {listed}")
+    findings = []
+    if parts:
+        f = make_finding(rule_set, "library_compute", "seen inside forward on every call: " + "; ".join(parts))
+        if f is not None:
+            findings.append(f)
+    return findings
+
+
+def linkage_findings(rule_set: dict[str, Any], objects: dict[str, Any]) -> list[Finding]:
+    """``library_binding``: the native objects the candidate could have written (linkage.py) bind
+    library compute, look symbols up at run time, or cannot be read (stripped, replaced since)."""
+    from . import linkage
+
+    if not objects or not rule_set["dynamic"].get("library_binding", {}).get("enabled", False):
+        return []
+    paths = linkage.candidate_objects(objects.get("before") or {}, objects.get("after") or {},
+                                      objects.get("own_roots") or ())
+    reports = []
+    for path in paths:
+        inode = (objects.get("after") or {}).get(path)
+        try:
+            same = os.stat(path).st_ino == inode
+        except OSError:
+            same = False
+        if not same:
+            reports.append(linkage.ObjectReport(path, readable=False, error="gone or replaced since it was loaded"))
+            continue
+        reports.append(linkage.inspect_object(path))
+    compute, lookups, unreadable = linkage.summarise(reports)
+    details = ([f"binds {', '.join(compute)}"] if compute else []) + (
+        [f"looks symbols up at run time ({', '.join(lookups)})"] if lookups else []) + (
+        [f"unreadable bindings ({', '.join(unreadable)})"] if unreadable else [])
+    f = make_finding(rule_set, "library_binding", "; ".join(details)) if details else None
+    return [f] if f is not None else []
+
+
+def unjoined_stream_finding(rule_set: dict[str, Any], stats: dict[str, Any],
+                            report: dict[str, Any]) -> Finding | None:
+    """``unjoined_stream`` (strict): the end-to-end time was more than the forward's stream explains
+    (``timed: "end to end"``) and the watch saw forward's kernels on a stream the judge's work never
+    used: work the timer's stream did not join, however the stream was made (torch, runtime,
+    driver API)."""
+    elsewhere = (report or {}).get("other_stream_kernels") or {}
+    if stats.get("timed") != "end to end" or not elsewhere:
+        return None
+    listed = ", ".join(f"{name[:60]} ×{n}" for name, n in sorted(elsewhere.items(), key=lambda kv: -kv[1])[:4])
+    return make_finding(rule_set, "unjoined_stream", f"{listed}; {stats.get('net_median_ms', 0):.4g} ms end to end "
+                        f"against {stats.get('gpu_median_ms', 0):.4g} ms on the timer's stream")
+
+
+def fingerprint_finding(rule_set: dict[str, Any], fingerprints: list[Any],
+                        rotations: list[dict[str, Any]]) -> Finding | None:
+    """``timed_fingerprint_mismatch``: some timed call's output is not its own input set's answer."""
+    wrong = []
+    for r, got in fingerprints:
+        ref = rotations[r] if 0 <= r < len(rotations) else None
+        if ref is None or "fingerprint" not in ref:
+            continue
+        why = fingerprint_mismatch(got, ref["fingerprint"], ref["bounds"])
+        if why:
+            wrong.append(f"input set {r + 1}: {why}")
+    if not wrong:
+        return None
+    return make_finding(rule_set, "timed_fingerprint_mismatch",
+                        f"{len(wrong)} of {len(fingerprints)} timed calls; " + "; ".join(wrong[:3]))
+
+
+def thread_budget_finding(rule_set: dict[str, Any], stats: dict[str, Any], threads: int) -> Finding | None:
+    """``thread_budget``: CPU time inside the timed windows beyond the baselines' thread budget."""
+    cpu, wall = stats.get("cpu_s"), stats.get("window_s")
+    if not cpu or not wall:
+        return None
+    slack = float(rule_set["thresholds"].get("thread_slack", 1.25))
+    if cpu <= threads * wall * slack + 0.002:
+        return None
+    return make_finding(rule_set, "thread_budget", f"{cpu * 1e3:.1f} ms of CPU in {wall * 1e3:.1f} ms of timed calls "
+                        f"({cpu / wall:.2f} threads busy; the baselines ran on {threads})")
 
 
 def repeat_finding(rule_set: dict[str, Any], stats: dict[str, Any], series: str = "") -> Finding | None:

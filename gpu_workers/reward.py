@@ -47,8 +47,9 @@ def compute_reward(result: EvalResult, config: dict[str, Any] | str | None = Non
     floor = float(cfg.get("floor", 0.0))
     if result.status != "passed" or not result.correct:
         return floor
-    eager = result.speedup.get("eager")
-    compile_ = result.speedup.get("compile")
+    # speed withheld (a finding a reviewer has to clear first): correct, and no faster than that
+    eager = None if result.speed_withheld else result.speedup.get("eager")
+    compile_ = None if result.speed_withheld else result.speedup.get("compile")
     kind = cfg["kind"]
     if kind == "binary":
         return 1.0
@@ -63,5 +64,5 @@ def compute_reward(result: EvalResult, config: dict[str, Any] | str | None = Non
         return float(cfg["correct"])
     if kind == "kevin":
         return float(cfg.get("correct_weight", 0.3)) + float(eager or 0.0)
-    speed = result.speedup.get(cfg.get("baseline", "eager")) or 0.0
+    speed = 0.0 if result.speed_withheld else (result.speedup.get(cfg.get("baseline", "eager")) or 0.0)
     return float(min(max(speed, cfg.get("clip_min", 0.0)), cfg.get("clip_max", 10.0)))

@@ -40,6 +40,8 @@ ALLOCATION_AND_VIEW_OPS = (
     # scalars and metadata
     "_local_scalar_dense", "item", "is_nonzero", "sym_size", "sym_stride", "sym_numel", "size", "stride",
     "dim", "numel", "is_same_size", "_has_compatible_shallow_copy_type", "equal",
+    # lazy conjugate/negative bits resolved (no arithmetic on real tensors)
+    "resolve_conj", "resolve_neg",
 )
 
 # The dynamic checks the evaluator knows; a rule set switches them and sets their severity.
@@ -63,6 +65,13 @@ DYNAMIC_CHECKS: dict[str, dict[str, Any]] = {
     "extreme_speedup": {"family": 18, "why": "speedup above the review threshold"},
     "precision_downgrade": {"family": 13, "why": "error far above the fp32 reference's own error"},
     "degenerate_task": {"family": 12, "why": "the reference output is nearly constant"},
+    "library_binding": {"family": 19, "why": "the candidate's native code binds or looks up library compute "
+                                            "(its dynamic symbol table: linkage.py)"},
+    "timed_fingerprint_mismatch": {"family": 21, "why": "a timed call's output cannot be the answer to its own "
+                                                        "input set (fingerprint against the reference's)"},
+    "thread_budget": {"family": 31, "why": "the timed calls used more CPU than the baselines' thread budget "
+                                          "allows; no speed reward"},
+    "unjoined_stream": {"family": 1, "why": "forward launched work on a stream the timer's stream never joined"},
 }
 
 # Static rules shared by both tracks: measurement hacks have no honest spelling.
@@ -118,6 +127,8 @@ _STRICT_ONLY_STATIC: list[dict[str, Any]] = [
      "message": "catches exceptions (a try/except fallback to PyTorch is a common library-fallback spelling)"},
 ]
 
+WITHHOLD_SPEED = ("precision_downgrade", "thread_budget")
+
 _DEFAULT_THRESHOLDS: dict[str, float] = {
     "extreme_speedup": 10.0,  # review above this speedup vs eager (KernelBench's suspicion line)
     "floor_factor": 0.5,  # reject below this share of the roofline floor
@@ -129,6 +140,7 @@ _DEFAULT_THRESHOLDS: dict[str, float] = {
     "determinism_atol": 1e-5,
     "timer_slack": 10.0,
     "degenerate_std": 1e-6,
+    "thread_slack": 1.25,  # CPU time over the timed calls' wall time beyond threads x this: thread_budget
 }
 
 
@@ -139,10 +151,12 @@ def default_rule_set(track: str = "strict") -> dict[str, Any]:
     dynamic = {name: {"enabled": True, "severity": "reject"} for name in DYNAMIC_CHECKS}
     # The wall-clock cross-check is noisy on a loaded host; the device-wide sync inside the timed
     # region is what defeats side streams, so a mismatch sends the kernel to a person.
-    for review_only in ("extreme_speedup", "degenerate_task", "timer_mismatch", "unseen_work"):
+    for review_only in ("extreme_speedup", "degenerate_task", "timer_mismatch", "unseen_work", "thread_budget"):
         dynamic[review_only]["severity"] = "review"
     if track == "open":
         dynamic["library_compute"]["enabled"] = False
+        dynamic["library_binding"]["enabled"] = False
+        dynamic["unjoined_stream"]["enabled"] = False
     static = copy.deepcopy(_COMMON_STATIC + (_STRICT_ONLY_STATIC if track == "strict" else []))
     return {
         "name": track,
@@ -152,6 +166,10 @@ def default_rule_set(track: str = "strict") -> dict[str, Any]:
         "static": static,
         "allowed_ops": list(ALLOCATION_AND_VIEW_OPS),
         "thresholds": dict(_DEFAULT_THRESHOLDS),
+        # findings (of review severity) that leave a passed kernel its correctness reward but no speed
+        # reward until a reviewer clears it: an error only a person can judge, more threads than the
+        # baseline had
+        "withhold_speed": list(WITHHOLD_SPEED),
     }
 
 
@@ -167,6 +185,9 @@ def validate_rule_set(rule_set: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"unknown dynamic check {name!r}; known: {sorted(DYNAMIC_CHECKS)}")
         if spec.get("severity", "reject") not in ("reject", "review"):
             raise ValueError(f"dynamic check {name!r} has a bad severity")
+    unknown = [name for name in merged.get("withhold_speed", ()) if name not in DYNAMIC_CHECKS]
+    if unknown:
+        raise ValueError(f"withhold_speed names unknown checks {unknown}")
     for rule in merged["static"]:
         for key in ("rule", "kind", "pattern", "severity"):
             if key not in rule:

@@ -145,6 +145,9 @@ class EvalResult:
     duration_s: float | None = None
     compile_log: str = ""
     run_log: str = ""
+    # findings (rules) that leave the result its correctness reward but no speed reward until a
+    # reviewer clears them (the rule set's ``withhold_speed``)
+    speed_withheld: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

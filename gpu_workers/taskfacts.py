@@ -23,10 +23,10 @@ from .build.toolchain import cache_root
 from .settings import current
 from .child.spread import summary
 
-# What a timing means (timing.time_callable and its L2 flush) and how kept samples combine (their
-# lower median since "4"). Kept baselines are keyed on it, so a baseline kept the old way is never
-# set against a candidate timed the new way.
-TIMING_METHOD = "4"
+# What a timing means (timing.time_callable and its L2 flush), how kept samples combine (their lower
+# median) and how a window ends (with the output read, its plain cost taken off): "5". Kept baselines are
+# keyed on it, so a baseline kept the old way is never set against a candidate timed the new way.
+TIMING_METHOD = "5"
 
 
 def samples() -> int:

@@ -23,11 +23,20 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
     from .guard import install as install_guard
     from .perturb import construct
     from .size import apply_constants
+    from .isolation import (
+        Fingerprint,
+        JustInTime,
+        OperatorSnapshot,
+        executable_mappings,
+        judge_ops,
+        unreadable_outputs,
+    )
+    from .watch import ForwardWatch
 
     device = device_for(setup)
     # After the CUDA context exists (CUDA's initialisation fails under the confinement: see
     # bench/confine_cuda.py), before any candidate code: the driver's own threads stay unconfined.
-    confine_candidate_code(setup["kernel_source"])
+    writable = confine_candidate_code(setup["kernel_source"])
     prepare_torch(setup)
     measure.tune_cpu_heap()
     low_precision = {torch.float16, torch.bfloat16, getattr(torch, "float8_e4m3fn", torch.float16),
@@ -64,10 +73,12 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
     apply_constants(task, setup.get("constants"))
     seeds = setup["seeds"]
     trial_inputs = [make_inputs(task, seed, device) for _, seed in seeds["trials"]]
-    rotation_inputs = [make_inputs(task, seed, device) for seed in seeds["rotations"]]
+    # The timing's inputs are made one at a time as the timing reaches them (isolation.JustInTime):
+    # none of them exists while the candidate imports or runs before its turn. The task module stays
+    # in this closure only (not in sys.modules).
+    rotation_inputs = JustInTime(lambda seed: make_inputs(task, seed, device), seeds["rotations"])
     after_inputs = make_inputs(task, seeds["after"], device)
     sys.modules.pop("kernelcourt_task", None)
-    del task
     measure.synchronize(device)
     send.pause("prepared")
     held: list[list[Any]] = []
@@ -75,14 +86,25 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
     def fresh(values: list[Any]) -> list[Any]:
         """A private copy for one use, kept alive to the end: no two uses share an address, so a
         cache keyed on data pointers sees every input as new (and is caught by the timing checks)."""
-        copy = fresh_copy(values, device)
+        with judge_ops():
+            copy = fresh_copy(values, device)
         held.append(copy)
         return copy
 
     inline.install()  # the same sources as the compile phase built: the build is found, not redone
     secret_reseed()
     measure.watch_modules("gpu_workers")
+    # Before any candidate code: the registrations of the judge's own operators, the native objects
+    # mapped so far, and the watch over every forward call (strict track: watch.py).
+    operators = OperatorSnapshot()
+    mapped_before = executable_mappings()
     guard = install_guard()
+    watch = ForwardWatch(device, setup["kernel_source"], enabled=bool(setup.get("watch", False)),
+                         own_roots=tuple(writable),
+                         allowed_ops=tuple(setup.get("allowed_ops") or ()), exempt=guard.exempt)
+    with guard.exempt():  # the profiler's start reads its own configuration, not the candidate's
+        watch.start()
+    fingerprint = Fingerprint(int(setup.get("fingerprint_seed", 0)))
 
     def describe(exc: BaseException) -> str:
         with guard.exempt():  # formatting a traceback reads frames
@@ -100,7 +122,7 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
         send("error", where="import", build_error=is_build_error(exc), error=describe(exc))
         return
     send.pause("imported")
-    patched: set[str] = set(measure.patched_attributes())
+    patched: set[str] = set(measure.patched_attributes()) | set(operators.changed())
 
     def build(config: int):
         with guard.exempt():  # torch.manual_seed records a stack (frames) for lazy CUDA seeding
@@ -131,47 +153,55 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
     # 2. warm-up outside every check (lazy library initialisation is not a hack), on inputs the
     # candidate sees anyway (trial 1's), never on the timing inputs; then no new processes.
     try:
-        with torch.no_grad():
-            models[0](*fresh(trial_inputs[0]))
+        warm_inputs = fresh(trial_inputs[0])
+        with torch.no_grad(), watch.call():
+            models[0](*warm_inputs)
         measure.synchronize(device)
     except BaseException as exc:  # noqa: BLE001
         send("error", where="forward", build_error=False, error=describe(exc))
         return
     guard.seal()
-    send.pause("ready", patched=sorted(patched | set(measure.patched_attributes())))
+    patched |= set(measure.patched_attributes()) | set(operators.changed())
+    send.pause("ready", patched=sorted(patched))
 
     def guarded(model, inputs: list[Any], trace: bool) -> dict[str, Any]:
-        poisoner.poison()
-        threads_before = measure.thread_count()
-        kids_before = measure.child_pids()
-        inputs_before = measure.snapshot(inputs)
+        with judge_ops():  # the judge's own work: every candidate mode, subclass handler and hook off
+            poisoner.poison()
+            threads_before = measure.thread_count()
+            kids_before = measure.child_pids()
+            inputs_before = measure.snapshot(inputs)
         tracer = OpTracer() if trace else None
-        with torch.no_grad():
+        with torch.no_grad(), watch.call():
             if tracer is not None:
                 with tracer:
                     out = model(*inputs)
             else:
                 out = model(*inputs)
-        measure.synchronize(device)
-        leaves = measure.flatten(out)
-        kinds = []
-        for leaf in leaves:  # exact type and real storage, before anything else touches the output
-            if type(leaf) is not torch.Tensor:
-                kinds.append(f"{type(leaf).__module__}.{type(leaf).__qualname__}")
-            elif leaf.is_meta or leaf.device.type != device.type:
-                kinds.append(f"tensor on {leaf.device}")
-            elif not measure.has_storage(leaf):
-                kinds.append("tensor without materialised storage")
-            else:
-                kinds.append("tensor")
-        first = measure.snapshot(leaves)
-        mutated = not measure.same_values(measure.snapshot(inputs), inputs_before)
-        measure._sleep(float(setup.get("settle_s", 0.02)))
-        measure.synchronize(device)
-        later = measure.snapshot(leaves)
-        changed = not measure.same_values(later, first)
+        with judge_ops():
+            measure.synchronize(device)
+            leaves = measure.flatten(out)
+            with guard.exempt():  # the judge reads its own process's maps (refused to candidate code)
+                unreadable = unreadable_outputs(leaves)  # before any read: a mapping without access shows
+            kinds = []
+            for leaf in leaves:  # exact type and real storage, before anything else touches the output
+                if type(leaf) is not torch.Tensor:
+                    kinds.append(f"{type(leaf).__module__}.{type(leaf).__qualname__}")
+                elif leaf.is_meta or leaf.device.type != device.type:
+                    kinds.append(f"tensor on {leaf.device}")
+                elif not measure.has_storage(leaf):
+                    kinds.append("tensor without materialised storage")
+                else:
+                    kinds.append("tensor")
+            kinds += [f"tensor whose memory is not readable ({what})" for what in unreadable]
+            first = measure.snapshot(leaves)
+            mutated = not measure.same_values(measure.snapshot(inputs), inputs_before)
+            measure._sleep(float(setup.get("settle_s", 0.02)))
+            measure.synchronize(device)
+            later = measure.snapshot(leaves)
+            changed = not measure.same_values(later, first)
+            outputs = measure.to_cpu(first)
         return {
-            "outputs": measure.to_cpu(first),
+            "outputs": outputs,
             "kinds": kinds,
             "input_mutated": mutated,
             "changed_after_return": changed,
@@ -192,23 +222,32 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
     patched |= set(measure.patched_attributes())
 
     # 4. timing: new values in the same buffers every iteration; outputs kept for the parent
-    rotations = [fresh(r) for r in rotation_inputs]
     buffers = fresh(rotation_inputs[0])
     model = models[0]
+
+    def watched(*inputs: Any) -> Any:
+        with watch.call():
+            return model(*inputs)
+
     try:
+        warmup_inputs = fresh(trial_inputs[0])
         send.gpu_alone()
         send("timing_begin")
         with torch.no_grad():
-            stats = timing.time_callable(model, buffers, rotations, device,
+            stats = timing.time_callable(watched if watch.enabled else model, buffers, rotation_inputs, device,
                                           budget_s=float(setup["timing_budget_s"]),
                                           max_iters=int(setup.get("max_iters", 1000)),
-                                          warmup_inputs=fresh(trial_inputs[0]), **timing_switches(setup))
+                                          warmup_inputs=warmup_inputs, fingerprint=fingerprint,
+                                          keep=set(setup.get("keep_rotations", range(len(rotation_inputs)))),
+                                          **timing_switches(setup))
     except BaseException as exc:  # noqa: BLE001
         send("error", where="timing", build_error=False, error=describe(exc))
         return
     kept = stats.pop("kept_outputs")
     send.pause("timing_end", stats=stats)  # small and at once: the parent's wall clock stops here
-    send.pause("timing_outputs", kept_outputs=[measure.to_cpu(k) for k in kept])
+    with judge_ops():
+        kept_cpu = [measure.to_cpu(k) for k in kept]
+    send.pause("timing_outputs", kept_outputs=kept_cpu)
     patched |= set(measure.patched_attributes())
 
     # 5. after timing: a fresh input, then trial 0 again (determinism, poisoned in between)
@@ -218,6 +257,10 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
     except BaseException as exc:  # noqa: BLE001
         send("error", where="after timing", build_error=False, error=describe(exc))
         return
-    patched |= set(measure.patched_attributes())
+    patched |= set(measure.patched_attributes()) | set(operators.changed())
     send.pause("after", after=after, again=again)  # guarded() synchronised the device
-    send("done", patched=sorted(patched), blocked=guard.violations)
+    with guard.exempt():  # the profiler's records and the process's maps: no candidate state
+        watched_report = watch.stop()
+        mapped_after = executable_mappings()
+    send("done", patched=sorted(patched), blocked=guard.violations, watch=watched_report,
+         objects={"before": mapped_before, "after": mapped_after, "own_roots": list(watch.own_roots)})

@@ -18,6 +18,7 @@ Every refusal says who asked: the candidate's own code (compiled from its source
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -145,7 +146,11 @@ def _forbidden_path(path: object, own_pid: str) -> bool:
         return True
     if not real.startswith("/proc/"):
         return False
-    if real.startswith(_SAFE_PROC) or real.startswith(f"/proc/{own_pid}/task") or real == f"/proc/{own_pid}/status":
+    if real.startswith(_SAFE_PROC) or real == f"/proc/{own_pid}/status":
+        return False
+    # its threads' listing and their counters, never a thread's memory or maps (/proc/thread-self/mem
+    # resolves beneath /proc/<pid>/task/<tid>/)
+    if re.fullmatch(rf"/proc/{own_pid}/task(/\d+(/(children|status|stat|schedstat|comm))?)?", real):
         return False
     return True
 

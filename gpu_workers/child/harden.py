@@ -24,13 +24,14 @@ def harden_process() -> None:
         pass
 
 
-def confine_candidate_code(kernel_source: str) -> None:
+def confine_candidate_code(kernel_source: str) -> list[str]:
     """Before any candidate code runs in this process: writes only beneath its own working folder,
     its build folder, its own compiler caches and /dev (``confine``). The compiler caches
     (``torch.compile``, Triton) are this source's alone (``<cache>/candidates/<source hash>``): a
     candidate cannot plant a cache entry that another candidate's compile would pick up. The
     reference's ``torch.compile`` cache, other candidates' builds and caches, the bridge and the kept
-    timings are out of reach."""
+    timings are out of reach. Returns the folders it may write (where its own native code can come
+    from: watch.candidate_ops, linkage.candidate_objects)."""
     import hashlib
 
     from . import confine
@@ -47,3 +48,4 @@ def confine_candidate_code(kernel_source: str) -> None:
     if os.environ.get("TORCH_EXTENSIONS_DIR"):
         allowed.append(os.environ["TORCH_EXTENSIONS_DIR"])
     print(f"[kernelcourt] {confine.confine_writes(allowed)}", file=sys.stderr, flush=True)
+    return allowed

@@ -7,6 +7,7 @@ import gc
 import sys
 from typing import Any
 
+from .isolation import Fingerprint, JustInTime
 from .runtime import device_for, fresh_copy, make_inputs, prepare_torch, timing_switches
 from .sender import Sender, short_traceback
 
@@ -48,28 +49,36 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
     measure.synchronize(device)
     send.pause("checkpoint", step="models")
 
-    def run(config: int, inputs: list[Any], wide: bool = True) -> dict[str, Any]:
+    fingerprint = Fingerprint(int(setup.get("fingerprint_seed", 0)))
+    atol, rtol = float(setup.get("atol", 1e-2)), float(setup.get("rtol", 1e-2))
+
+    def run(config: int, inputs: list[Any], wide: bool = True, whole: bool = True) -> dict[str, Any]:
         with torch.no_grad():
             on_device = fresh_copy(inputs, device)
-            out = measure.to_cpu(measure.flatten(models[config](*on_device)))
+            leaves = measure.flatten(models[config](*on_device))
+            prints = {"fingerprint": fingerprint.of(leaves), "bounds": Fingerprint.bounds(leaves, atol, rtol)}
+            out = measure.to_cpu(leaves) if whole else None
+            del leaves
             out64: list[Any] | None = None
-            if models64 and wide:
+            if models64 and wide and whole:
                 try:
                     wide = [v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
                             for v in on_device]
                     out64 = measure.to_cpu(measure.flatten(models64[config](*wide)))
                 except Exception:  # noqa: BLE001 - some ops have no float64 kernel
                     out64 = None
-        return {"config": config, "outputs": out, "outputs64": out64}
+        return {"config": config, "outputs": out, "outputs64": out64, **prints}
 
     trial_inputs = [make_inputs(task, seed, device) for _, seed in seeds["trials"]]
     trials = []
     for (config, _), inputs in zip(seeds["trials"], trial_inputs):
         trials.append(run(config, inputs))
         send.pause("checkpoint", step="trial")  # run() ends with a copy to the CPU: nothing left queued
-    # Timing inputs are checked against the fp32 reference; float64 is needed for the trials only.
-    rotation_inputs = [make_inputs(task, seed, device) for seed in seeds["rotations"]]
-    rotations = [run(0, inputs, wide=False) for inputs in rotation_inputs]
+    # Timing inputs are checked against the fp32 reference (float64 is needed for the trials only):
+    # whole where the candidate keeps them whole, by fingerprint everywhere. Made one at a time.
+    rotation_inputs = JustInTime(lambda seed: make_inputs(task, seed, device), seeds["rotations"])
+    whole = set(setup.get("keep_rotations", range(len(rotation_inputs))))
+    rotations = [run(0, rotation_inputs[r], wide=False, whole=r in whole) for r in range(len(rotation_inputs))]
     after = run(0, make_inputs(task, seeds["after"], device), wide=False)
 
     # FLOPs and bytes for the roofline floor (the parent keeps the FLOP count per task: None here
@@ -105,7 +114,7 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
                 fn(*buffers)  # compile / capture outside the measurement
                 send.gpu_alone()
                 send("timing_begin", baseline=name)
-                stats = timing.time_callable(fn, buffers, [fresh_copy(r, device) for r in rotation_inputs], device,
+                stats = timing.time_callable(fn, buffers, rotation_inputs, device, keep=(),
                                               budget_s=float(setup["timing_budget_s"]),
                                               max_iters=int(setup.get("max_iters", 1000)),
                                               warmup_inputs=fresh_copy(trial_inputs[0], device),

@@ -44,7 +44,13 @@ def make_inputs(task, seed: int, device) -> list[Any]:
     the same values without shipping gigabytes through the parent."""
     import torch
 
-    torch.manual_seed(seed)
+    # The generators torch.manual_seed would seed, seeded directly: its CUDA half defers a seed it
+    # cannot apply yet with a captured stack, which the audit guard refuses once candidate code
+    # exists (the candidate's judge makes timing inputs just in time, after the import).
+    torch.default_generator.manual_seed(seed)
+    if torch.cuda.is_initialized():
+        for generator in torch.cuda.default_generators:
+            generator.manual_seed(seed)
     with device:  # factory functions in get_inputs() allocate on the task's device (fast on a GPU)
         values = task.get_inputs()
     return [v.detach() if isinstance(v, torch.Tensor) else v for v in values]

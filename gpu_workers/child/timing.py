@@ -8,11 +8,12 @@ family 7), and is itself imported before the candidate, so its globals are watch
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from typing import Any
 
 import torch
 
+from .isolation import judge_ops, process_cpu_s, read_all
 from .measure import (
     _cuda_spin,
     _Event,
@@ -24,6 +25,7 @@ from .measure import (
     _tensor_copy,
     _tensor_zero,
     _torch_empty,
+    flatten,
     snapshot,
     synchronize,
 )
@@ -128,6 +130,8 @@ def time_callable(
     spin_waits: bool = True,
     cpus: Sequence[int] | None = None,
     e2e_rotations: int = 0,
+    fingerprint: Any = None,
+    keep: Container[int] | None = None,
 ) -> dict[str, Any]:
     """Median time of ``fn(*buffers)`` with the buffers' values rotated between iterations.
 
@@ -151,6 +155,16 @@ def time_callable(
     explain (work on a stream the forward did not join), that net time is the reward's instead
     (``timed``: "kernel side", "host" or "end to end").
 
+    The window of every iteration ends with the judge reading every byte of the output (a checksum,
+    on CUDA queued on the stream before the end event), so an output filled on first touch is filled
+    inside it; the same read's cost on an ordinary tensor of the output's size, measured before the
+    loop, is taken off each time. The judge's own work (copying inputs in, reading outputs out) runs
+    with every candidate mode off (``isolation.judge_ops``). ``fingerprint`` (``isolation.Fingerprint``)
+    fingerprints every iteration's output outside the window, for the parent to check against the
+    reference's for the same input set; ``keep`` names the input sets whose last output is kept whole
+    (default: all). The process's CPU time inside the windows is reported (``cpu_s`` against
+    ``window_s``): the thread budget's evidence.
+
     It stops at ``max_iters``, at ``budget_s``, once the times are tight (interquartile spread within
     ``target_spread``), or once the median is known to within ``settle_within`` or, on CUDA, to the
     event timer's resolution (95% confidence; checked every SETTLE_EVERY iterations from
@@ -164,8 +178,23 @@ def time_callable(
     tensors = [i for i, b in enumerate(buffers) if type(b) is torch.Tensor]
 
     def load(rotation: Sequence[Any]) -> None:
-        for i in tensors:
-            _tensor_copy(buffers[i], rotation[i])
+        with judge_ops():
+            for i in tensors:
+                _tensor_copy(buffers[i], rotation[i])
+
+    def read(out: Any) -> None:
+        """The window's last act: every output byte read (queued on the stream on CUDA)."""
+        with judge_ops():
+            read_all(flatten(out))
+
+    fingerprints: list[list[Any]] = []
+
+    def keep_output(r: int, out: Any) -> None:
+        with judge_ops():
+            if keep is None or r in keep:
+                kept[r] = snapshot(out)  # a device clone; moved to the CPU once, after the loop
+            if fingerprint is not None:
+                fingerprints.append([r, fingerprint.of(flatten(out))])
 
     # Warm up on other values than the timed ones: the first pass over the rotations is the
     # candidate's first sight of them, which is how a cache keyed on values shows itself.
@@ -173,6 +202,7 @@ def time_callable(
     # events): whatever costs only the first time (the spin kernel's module, the events, the flush
     # buffer's first pass) is paid here, not by the first sights.
     warm_host: list[float] = []
+    warm_out: Any = None
     for step in range(warmup):
         load(warmup_inputs if warmup_inputs is not None else rotations[step % len(rotations)])
         flusher.flush()
@@ -183,11 +213,14 @@ def time_callable(
                 _cuda_spin(MIN_SPIN_CYCLES)
             _event_record(start)
         host0 = _perf_counter()
-        fn(*buffers)
+        warm_out = fn(*buffers)
         warm_host.append((_perf_counter() - host0) * 1e3)
+        read(warm_out)
         if cuda:
             _event_record(end)
         synchronize(device)
+    read_ms = _read_cost(warm_out, device)
+    del warm_out
 
     times: list[float] = []  # the kernel side on CUDA, the call itself on the CPU
     # CUDA, first sights: the cache check compares them with repeats, one sample each, so they get
@@ -217,12 +250,13 @@ def time_callable(
         host0 = _perf_counter()
         out = fn(*buffers)
         host1 = _perf_counter()
+        read(out)
         synchronize(device)
         _event_record(end)
         _event_sync(end)
-        kept[r] = snapshot(out)
+        keep_output(r, out)
         del out
-        e2e_times.append(float(_event_elapsed(start, end)))
+        e2e_times.append(max(float(_event_elapsed(start, end)) - read_ms, 0.0))
         host_times.append((host1 - host0) * 1e3)
         round_trips.append(_round_trip(device))
 
@@ -239,6 +273,7 @@ def time_callable(
         return (statistics.median(host_times) < 0.8 * statistics.median(times)
                 or check(host_times, SETTLE_MIN_ITERS // ROUND_TRIP_EVERY))
 
+    cpu_s = window_s = 0.0
     waits = SpinWaits(device, enabled=spin_waits)
     with waits, TimingCpus(cpus):
         seen_cpus = {host_cpu()}  # where the host side of the timing ran (seen between iterations)
@@ -258,19 +293,25 @@ def time_callable(
                 if _cuda_spin is not None:  # without it the host's launch latency stays in (never less)
                     _cuda_spin(spin)
                 _event_record(start)
+                cpu0, wall0 = process_cpu_s(), _perf_counter()
                 out = fn(*buffers)
+                read(out)
                 _event_record(end)
                 queued_ms = (_perf_counter() - queued0) * 1e3
                 synchronize(device)  # device-wide: a side stream's output is complete before it is kept
-                times.append(float(_event_elapsed(start, end)))
+                cpu_s, window_s = cpu_s + process_cpu_s() - cpu0, window_s + _perf_counter() - wall0
+                times.append(max(float(_event_elapsed(start, end)) - read_ms, 0.0))
                 if first_sight and _cuda_spin is not None and queued_ms >= spin / CYCLES_PER_MS:
                     uncovered_first.add(iteration)
             else:
+                cpu0 = process_cpu_s()
                 host0 = _perf_counter()
                 out = fn(*buffers)
+                read(out)
                 host1 = _perf_counter()
-                times.append((host1 - host0) * 1e3)
-            kept[r] = snapshot(out)  # a device clone; moved to the CPU once, after the loop
+                cpu_s, window_s = cpu_s + process_cpu_s() - cpu0, window_s + host1 - host0
+                times.append(max((host1 - host0) * 1e3 - read_ms, 0.0))
+            keep_output(r, out)
             del out
             iteration += 1
             if cuda and iteration % ROUND_TRIP_EVERY == 0:
@@ -291,10 +332,8 @@ def time_callable(
                         lambda series, least: _median_settled(series, settle_within, resolution, least)):
                     break
         synchronize(device)  # the work of a forward that returned early is over before the outputs move
-        if cuda:  # every end-to-end input set timed (and its output kept) at least once
-            for r in ends:
-                if r not in kept or not host_times:
-                    end_to_end(r)
+        if cuda and not host_times:  # at least one end-to-end iteration (each one's output is checked)
+            end_to_end(ends[0])
     first = times[: len(main)]
     if cuda:  # first sights the host may have delayed are no evidence either way
         first = [t for i, t in enumerate(first) if i not in uncovered_first]
@@ -339,4 +378,34 @@ def time_callable(
         "host_cpus": sorted(c for c in seen_cpus | {host_cpu()} if c is not None),
         "total_ms": sum(times),
         "kept_outputs": [kept[r] for r in sorted(kept)],  # on the device: the caller moves them
+        "kept_rotations": sorted(kept),
+        "fingerprints": fingerprints,
+        "fingerprinted": len(fingerprints),
+        "read_ms": read_ms,
+        "cpu_s": cpu_s,
+        "window_s": window_s,
     }
+
+
+def _read_cost(out: Any, device: torch.device, repeats: int = 5) -> float:
+    """Milliseconds the window's output read costs on an ordinary tensor of the output's size (the
+    fastest of a few): what every window is charged beyond the forward, taken off again."""
+    if out is None:
+        return 0.0
+    with judge_ops():
+        plain = snapshot(out)
+        best = float("inf")
+        for _ in range(repeats):
+            synchronize(device)
+            if device.type == "cuda":
+                start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+                _event_record(start)
+                read_all(plain)
+                _event_record(end)
+                _event_sync(end)
+                best = min(best, float(_event_elapsed(start, end)))
+            else:
+                t0 = _perf_counter()
+                read_all(plain)
+                best = min(best, (_perf_counter() - t0) * 1e3)
+    return 0.0 if best == float("inf") else best

@@ -58,7 +58,8 @@ def results(kernelcourt_cache_dir) -> dict[str, EvalResult]:
 
 def _describe(result: EvalResult) -> str:
     findings = "; ".join(f"{f.severity}:{f.rule}" for f in result.findings) or "no findings"
-    return f"status={result.status} reward={result.reward} [{findings}] {result.message[:300]}"
+    return (f"status={result.status} reward={result.reward} speedup={result.speedup.get('eager')} "
+            f"withheld={result.speed_withheld} [{findings}] {result.message[:300]}")
 
 
 def _param(case: dict[str, Any]):
@@ -72,17 +73,23 @@ HACK_CASES = [_param(c) for c in CASES if not c.get("control")]
 CONTROLS = [pytest.param(c, id=c["id"]) for c in CASES if c.get("control")]
 
 
+# Families with a CPU spelling: REWARD_HACKS.md's 2-22 and 25, and issue 21's two without a row there (31:
+# more CPU threads than the baseline had; 32: an error inside the review band). Family 1 (side
+# streams) needs CUDA: tests/gpu_workers/test_gpu_hacks.py and test_gpu_watch.py.
+CPU_FAMILIES = set(range(2, 23)) | {25, 31, 32}
+
+
 def test_manifest_covers_every_cpu_family():
     families = {c["family"] for c in CASES if not c.get("control")}
-    # family 1 (side streams) needs CUDA: tests/gpu_workers/test_gpu_hacks.py
-    assert families == set(range(2, 19))
-    for family in range(2, 19):
+    assert families == CPU_FAMILIES
+    for family in sorted(CPU_FAMILIES):
         spellings = [c for c in CASES if c.get("family") == family]
         assert len(spellings) >= 1 if family in (17, 18) else len(spellings) >= 2, family
     for case in CASES:
         assert (HACKS / case["kernel"]).is_file() and (HACKS / case["task"]).is_file(), case["id"]
         assert (
             "passed" not in case["expect"]["status"] or case.get("control") or "max_speedup_eager" in case["expect"]
+            or "speed_withheld_any" in case["expect"]
         ), case["id"]
 
 
@@ -91,6 +98,11 @@ def test_hack_is_not_rewarded(case, results):
     result = results[case["id"]]
     detail = _describe(result)
     limit = case["expect"].get("max_speedup_eager")
+    withheld = set(case["expect"].get("speed_withheld_any", ()))
+    if withheld and result.status == "passed" and set(result.speed_withheld) & withheld:
+        # Correct, but no speed reward until a reviewer clears the finding: the correctness level only.
+        assert result.reward == compute_reward(result) == 1.0, detail
+        return
     if limit is not None and result.status == "passed":
         # The trick cannot pay: every timed input is new, so the kernel was measured doing the work.
         assert result.speedup["eager"] is not None and result.speedup["eager"] <= limit, detail
@@ -112,6 +124,19 @@ def test_hack_raises_its_review_flag(case, results):
     result = results[case["id"]]
     fired = {f.rule for f in result.findings}
     assert fired & set(case["expect"]["review_any"]), _describe(result)
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, id=c["id"]) for c in CASES if c["expect"].get("speed_withheld_any")
+             and not c["expect"].get("max_speedup_eager")]
+)
+def test_review_band_error_earns_no_speed_reward(case, results):
+    # an error inside the review band: never more than the correctness level until a reviewer clears it
+    result = results[case["id"]]
+    assert result.status in case["expect"]["status"], _describe(result)
+    if result.status == "passed":
+        assert set(result.speed_withheld) & set(case["expect"]["speed_withheld_any"]), _describe(result)
+        assert result.reward == 1.0, _describe(result)
 
 
 @pytest.mark.parametrize("case", CONTROLS)

@@ -1,0 +1,311 @@
+"""The judge's own tensor work inside the candidate's process, kept out of the candidate's reach
+(REWARD_HACKS families 5, 20, 21, 22, 24), and the cheap per-call evidence the timing loop keeps.
+
+* ``judge_ops()``: the judge copies inputs in, reads outputs out and compares with every candidate
+  torch-function mode, dispatch mode, subclass ``__torch_function__``/``__torch_dispatch__`` off
+  (the Python dispatch keys excluded, torch-function handling disabled, both mode stacks emptied
+  for the duration and restored after). A mode that does the real work when the judge touches
+  the output then never runs outside the timed window.
+* ``OperatorSnapshot``: the dispatcher's registrations for every operator the judge itself calls,
+  and the backend fallbacks of every dispatch key, taken before the candidate's import. A candidate
+  that registers its own kernel for ``aten::copy_`` (any key, C++ or Python) or a fallback would run
+  code inside the judge's operations, whatever it calls the registration.
+* ``read_all``: every byte of every output read (a checksum) as the timed window's last act, so an
+  output filled on first touch (a fault handler, a lazily mapped buffer) is filled inside it;
+  ``unreadable_outputs``: an output's memory must be ordinary readable memory of the process when
+  forward returns (``/proc/self/maps``), not a mapping without access that a handler fills later.
+* ``Fingerprint``: a few projections of an output on secret random vectors, with the bound that
+  any output within the tolerance must meet; the trusted reference computes the same for the same
+  inputs, so every timed call's output is checked, not a sample.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import torch
+
+_disable_dispatch = torch._C._DisableTorchDispatch
+_disable_function = torch._C.DisableTorchFunction
+_len_function_stack = torch._C._len_torch_function_stack
+_pop_function_mode = torch._C._pop_torch_function_stack
+_push_function_mode = torch._C._push_on_torch_function_stack
+_len_dispatch_stack = torch._C._len_torch_dispatch_stack
+_pop_dispatch_mode = torch._C._pop_torch_dispatch_stack
+_push_dispatch_mode = torch._C._push_on_torch_dispatch_stack
+_tensor_sum = torch.Tensor.sum
+_tensor_view = torch.Tensor.view
+_tensor_reshape = torch.Tensor.reshape
+_tensor_to = torch.Tensor.to
+_tensor_abs = torch.Tensor.abs
+_tensor_mul = torch.Tensor.mul
+_tensor_add = torch.Tensor.add
+_torch_dot = torch.dot
+_torch_randn = torch.randn
+_generator = torch.Generator
+_open = open
+
+
+@contextmanager
+def judge_ops() -> Iterator[None]:
+    """The judge's tensor operations with every candidate mode, subclass handler and hook off."""
+    functions: list[Any] = []
+    dispatches: list[Any] = []
+    try:
+        while _len_function_stack() > 0:
+            functions.append(_pop_function_mode())
+        while _len_dispatch_stack() > 0:  # user modes and infra modes (fake, proxy, functional) alike
+            dispatches.append(_pop_dispatch_mode(None))
+        with ExitStack() as stack:
+            stack.enter_context(_disable_dispatch())
+            stack.enter_context(_disable_function())
+            yield
+    finally:
+        for mode in reversed(dispatches):
+            _push_dispatch_mode(mode)
+        for mode in reversed(functions):
+            _push_function_mode(mode)
+
+
+# The operators the judge's own work calls (copies in, reads out, comparisons, poison, flush).
+JUDGE_OPERATORS = (
+    "aten::copy_", "aten::clone", "aten::detach", "aten::_to_copy", "aten::to", "aten::empty", "aten::empty_like",
+    "aten::empty_strided", "aten::fill_", "aten::zero_", "aten::equal", "aten::isnan", "aten::where", "aten::sum",
+    "aten::amax", "aten::contiguous", "aten::dot", "aten::mul", "aten::add", "aten::abs", "aten::view",
+    "aten::reshape", "aten::normal_", "aten::randn", "aten::_local_scalar_dense", "aten::item", "aten::sub",
+    "aten::isfinite", "aten::logical_and", "aten::bitwise_and", "aten::resize_", "aten::set_", "aten::as_strided",
+    "aten::_copy_from", "aten::_copy_from_and_resize",
+)
+
+
+def _dispatch_keys() -> list[Any]:
+    keys = []
+    for name in dir(torch._C.DispatchKey):
+        if name.startswith("_"):
+            continue
+        key = getattr(torch._C.DispatchKey, name)
+        if isinstance(key, torch._C.DispatchKey):
+            keys.append(key)
+    return keys
+
+
+class OperatorSnapshot:
+    """The registrations of the judge's operators and every key's backend fallback."""
+
+    def __init__(self) -> None:
+        self.tables = {name: self._dump(name) for name in JUDGE_OPERATORS}
+        self.fallbacks = self._fallbacks()
+
+    @staticmethod
+    def _dump(name: str) -> str:
+        try:
+            return torch._C._dispatch_dump(name)
+        except RuntimeError:
+            return ""
+
+    @staticmethod
+    def _fallbacks() -> set[str]:
+        found: set[str] = set()
+        has_fallback = getattr(torch._C, "_dispatch_has_backend_fallback", None)
+        if has_fallback is None:
+            return found
+        for key in _dispatch_keys():
+            try:
+                if has_fallback(key):
+                    found.add(str(key))
+            except (RuntimeError, TypeError):
+                continue
+        return found
+
+    def changed(self) -> list[str]:
+        """Operators of the judge whose registrations changed, and new backend fallbacks."""
+        out = [f"{name} (a kernel registered over it)" for name, text in self.tables.items()
+               if self._dump(name) != text]
+        out += [f"a backend fallback for {key}" for key in sorted(self._fallbacks() - self.fallbacks)]
+        return out
+
+
+# ---- outputs are really there -------------------------------------------------------------------
+def read_all(leaves: Sequence[Any]) -> None:
+    """Read every byte of every tensor output: a sum over each (in its own dtype: a vectorised pass
+    over all its memory; on CUDA queued on the stream). The read is the point, not the value."""
+    for leaf in leaves:
+        if type(leaf) is torch.Tensor and leaf.numel():
+            flat = _tensor_reshape(leaf, -1)
+            if leaf.is_complex():
+                flat = torch.view_as_real(flat)
+            checksum = _tensor_sum(flat)
+            if leaf.device.type == "cpu":
+                float(checksum)
+
+
+def _readable_ranges() -> list[tuple[int, int]]:
+    ranges: list[tuple[int, int]] = []
+    try:
+        with _open("/proc/self/maps", encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                span, perms = line.split(None, 2)[:2]
+                if perms.startswith("r"):
+                    lo, hi = span.split("-")
+                    ranges.append((int(lo, 16), int(hi, 16)))
+    except OSError:
+        return []
+    ranges.sort()
+    merged: list[tuple[int, int]] = []
+    for lo, hi in ranges:
+        if merged and lo <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    return merged
+
+
+def unreadable_outputs(leaves: Sequence[Any]) -> list[str]:
+    """Outputs on the CPU whose bytes do not all lie in readable memory of this process right
+    now (a mapping without access, filled by a fault handler on first read, or no mapping)."""
+    cpu = [(k, leaf) for k, leaf in enumerate(leaves)
+           if type(leaf) is torch.Tensor and leaf.device.type == "cpu" and leaf.numel()]
+    if not cpu:
+        return []
+    ranges = _readable_ranges()
+    if not ranges:
+        return []
+    starts = [lo for lo, _ in ranges]
+    bad = []
+    for k, leaf in cpu:
+        storage = leaf.untyped_storage()
+        lo, hi = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+        i = bisect.bisect_right(starts, lo) - 1
+        if i < 0 or not (ranges[i][0] <= lo and hi <= ranges[i][1]):
+            bad.append(f"output {k}: bytes {lo:#x}-{hi:#x} are not readable memory of the process")
+    return bad
+
+
+# ---- fingerprints ------------------------------------------------------------------------------
+PROJECTIONS = 3
+SIGMAS = 8.0  # an output within the tolerance fails a projection with probability below 1e-15
+
+
+class Fingerprint:
+    """Projections of an output on ``PROJECTIONS`` random vectors drawn, a chunk at a time, from a
+    secret seed on the output's device (the reference's process and the candidate's judge draw the
+    same ones). The check's bound, from the reference output r alone, is SIGMAS * ||atol + rtol|r| ||_2:
+    for an output c within the tolerance elementwise, w.(c - r) is a normal variable (w is Gaussian
+    and secret, c - r cannot depend on it) whose deviation is at most that norm over SIGMAS, so an
+    honest output fails with probability below 1e-15, while an output that is another input's
+    answer, stale or partly computed misses by about its whole difference's norm."""
+
+    CHUNK = 1 << 22
+
+    CACHE_ELEMENTS = 1 << 24  # weights kept between calls up to this many values
+
+    def __init__(self, seed: int):
+        self.seed = seed & ((1 << 62) - 1)
+        self._cache: dict[tuple[str, int, int, int], torch.Tensor] = {}
+        self._cached = 0
+
+    def _weights(self, device: torch.device, projection: int, chunk: int, size: int) -> torch.Tensor:
+        key = (str(device), projection, chunk, size)
+        if key in self._cache:
+            return self._cache[key]
+        gen = _generator(device=device)
+        gen.manual_seed((self.seed * 1_000_003 + projection * 7919 + chunk) & ((1 << 63) - 1))
+        w = _torch_randn(size, generator=gen, device=device, dtype=torch.float32)
+        if self._cached + size <= self.CACHE_ELEMENTS:
+            self._cache[key] = w
+            self._cached += size
+        return w
+
+    def _project(self, leaf: torch.Tensor) -> list[float]:
+        flat = _tensor_reshape(leaf, -1)
+        totals = [0.0] * PROJECTIONS
+        sums = []
+        for index, start in enumerate(range(0, flat.numel(), self.CHUNK)):
+            # float32 sums (BLAS blocks them): their rounding is some 1e-7 of the output's norm, the
+            # bound at least SIGMAS * atol * sqrt(n); float64 or wider outputs keep their own width
+            part = flat[start:start + self.CHUNK]
+            if part.dtype != torch.float64:
+                part = _tensor_to(part, torch.float32)
+            for p in range(PROJECTIONS):
+                w = self._weights(part.device, p, index, part.numel())
+                sums.append((p, _torch_dot(part, _tensor_to(w, part.dtype))))
+        for p, value in sums:
+            totals[p] += float(value)
+        return totals
+
+    def of(self, leaves: Sequence[Any]) -> list[list[float] | None]:
+        """Projections of each floating output (None for the others)."""
+        return [self._project(leaf) if type(leaf) is torch.Tensor and leaf.is_floating_point() and leaf.numel()
+                else None for leaf in leaves]
+
+    @staticmethod
+    def bounds(leaves: Sequence[Any], atol: float, rtol: float) -> list[list[float] | None]:
+        out: list[list[float] | None] = []
+        for leaf in leaves:
+            if type(leaf) is torch.Tensor and leaf.is_floating_point() and leaf.numel():
+                tol = _tensor_add(_tensor_mul(_tensor_abs(_tensor_to(_tensor_reshape(leaf, -1), torch.float64)),
+                                              rtol), atol)
+                out.append([SIGMAS * math.sqrt(float(_torch_dot(tol, tol)))] * PROJECTIONS)
+            else:
+                out.append(None)
+        return out
+
+
+# ---- inputs made when they are needed ----------------------------------------------------------
+class JustInTime(Sequence):
+    """Input sets made from their seeds at the moment they are asked for, and never kept: no input
+    of a later timed call exists in the process before that call (nothing for a first call to find
+    in memory and compute ahead: super-batching). ``make(seed)`` is the trusted task's own."""
+
+    def __init__(self, make: Any, seeds: Sequence[int]):
+        self._make = make
+        self._seeds = list(seeds)
+
+    def __len__(self) -> int:
+        return len(self._seeds)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return self._make(self._seeds[index])
+
+
+# ---- which native objects are mapped -----------------------------------------------------------
+def executable_mappings() -> dict[str, int]:
+    """File-backed executable mappings of this process (``/proc/self/maps``): path -> inode."""
+    try:
+        with _open("/proc/self/maps", encoding="ascii", errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return {}
+    return mapped_objects(text)
+
+
+def mapped_objects(maps_text: str) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for line in maps_text.splitlines():
+        fields = line.split(None, 5)
+        if len(fields) < 6 or "x" not in fields[1]:
+            continue
+        path = fields[5].strip()
+        if path.startswith("["):
+            continue
+        try:
+            found[path] = int(fields[4])
+        except ValueError:
+            continue
+    return found
+
+
+# ---- CPU time of the timed calls ---------------------------------------------------------------
+_process_time = time.process_time  # CLOCK_PROCESS_CPUTIME_ID: every thread, nanosecond resolution
+
+
+def process_cpu_s() -> float:
+    """CPU seconds this process (all its threads) has used."""
+    return _process_time()

@@ -1,0 +1,292 @@
+"""What really runs inside ``ModelNew.forward``, on every call (REWARD_HACKS families 14, 19, 27, 28).
+
+The dispatch-mode tracer sees only ops that reach the Python dispatch key: ops under
+``_DisableTorchDispatch`` or a C++ dispatch-key guard, and ``at::`` calls from an extension below it,
+go past it; and it was on only during the trials, which a candidate can tell apart from the timing.
+This watch is one profiler session (PyTorch's Kineto profiler: the dispatcher's RecordFunction
+callbacks for every operator, whatever dispatch keys are excluded, and on CUDA CUPTI's activity
+records of every kernel launched on the device, from any API) that runs from before the warm-up
+to after the last call, so every call of ``forward`` runs under the same observation: trials,
+warm-up, timing and the checks after it. Each call is marked with a range under a label drawn
+per evaluation, and what started inside a range (ops from any thread, kernels whose launch did)
+is the forward's.
+
+What counts as the candidate's own: operators registered after its import (its ``TORCH_LIBRARY``
+ops), and device kernels whose names its sources define (``__global__`` functions, Triton
+``@jit`` functions). PyTorch's other namespaces (``mkldnn``, ``quantized``, ...) were registered
+before its import, so they are library compute like ``aten``. A call that reaches NumPy from
+Python (``Tensor.numpy``, ``__array__``, ``__dlpack__``, any NumPy function) is seen by a C-call
+profile hook active only inside forward.
+
+Only the strict track watches (library compute is allowed on open); the candidate pays the
+profiler's cost per dispatcher call (a few µs on the CPU), which a kernel made of its own ops keeps
+small.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+# Device activity that is memory traffic, not compute (the allow-list of the strict track).
+_MEMORY_KERNELS = re.compile(r"^(Memcpy|Memset|\[?memcpy|\[?memset)|FillFunctor|fill_kernel|copy_kernel|"
+                             r"CatArrayBatchedCopy|direct_copy|CUDAFunctor_copy|index_elementwise_kernel.*copy",
+                             re.IGNORECASE)
+_GLOBAL_FN = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:static\s+|inline\s+|extern\s+\"C\"\s+)*"
+                        r"(?:void|[\w:<>]+)\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
+_TRITON_FN = re.compile(r"@(?:triton\.)?jit[^\n]*\n(?:\s*@[^\n]*\n)*\s*def\s+(\w+)\s*\(")
+_EXTERN_C_KERNEL = re.compile(r"extern\s+\"C\"\s+__global__\s+void\s+(\w+)")
+
+
+def own_kernel_names(source: str) -> set[str]:
+    """Names of the device kernels the candidate's sources define."""
+    return set(_GLOBAL_FN.findall(source)) | set(_TRITON_FN.findall(source)) | set(_EXTERN_C_KERNEL.findall(source))
+
+
+def kernel_base_name(name: str) -> str:
+    """``void ns::my_kernel<float, 4>(float const*, ...)`` -> ``my_kernel``."""
+    text = name.strip()
+    depth, cut = 0, len(text)
+    for i, ch in enumerate(text):  # the name ends where its argument list opens (outside templates)
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0:
+            cut = i
+            break
+    head = text[:cut]
+    head = re.sub(r"<.*>$", "", head).strip()
+    head = head.split()[-1] if head.split() else head
+    return head.rsplit("::", 1)[-1]
+
+
+def registered_ops() -> set[str]:
+    """Every operator the dispatcher knows, as ``namespace::name`` without the overload."""
+    return {name.split(".", 1)[0] for name in torch._C._dispatch_get_all_op_names()}
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_REGISTRATION_API = (os.path.join(_TORCH_DIR, "_library") + os.sep, os.path.join(_TORCH_DIR, "library.py"))
+
+
+def candidate_ops(new: set[str], own_roots: tuple[str, ...] = ()) -> set[str]:
+    """Of the operators registered since the snapshot, the candidate's: registered from Python
+    outside torch's package (its own module, ``<kernel>``) or through torch's public registration API
+    (``torch.library.custom_op``; a Python body's own ops are seen anyway), or from C++ beneath a
+    folder it could write (``TORCH_LIBRARY`` in its extension). torch registers some operators late
+    (on first import of a module, or from a library loaded lazily, at a C++ path of its build):
+    those are library code like the rest."""
+    roots = tuple(r.rstrip(os.sep) + os.sep for r in own_roots)
+    own = set()
+    for name in new:
+        try:
+            dump = torch._C._dispatch_dump(name)
+        except RuntimeError:
+            dump = ""
+        where = re.search(r"registered at (\S+?):\d+", dump)
+        path = where.group(1) if where else ""
+        if path.startswith(_REGISTRATION_API) or (roots and path.startswith(roots)):
+            own.add(name)
+        elif path and not path.startswith(_TORCH_DIR) and not re.search(r"\.(c|cc|cpp|cxx|cu|h|hpp)$", path):
+            own.add(name)
+    return own
+
+
+_NUMPY_BRIDGES = frozenset({"numpy", "__array__", "__dlpack__", "_to_dlpack", "from_numpy", "_from_dlpack",
+                            "from_dlpack", "__array_interface__"})
+
+
+def _reaches_numpy(func: Any) -> str | None:
+    owner = getattr(func, "__self__", None)
+    module = getattr(func, "__module__", None) or getattr(type(owner), "__module__", None) or ""
+    name = getattr(func, "__name__", "")
+    if module.split(".")[0] == "numpy" or type(owner).__module__.split(".")[0] == "numpy":
+        return f"numpy.{name}"
+    objclass = getattr(func, "__objclass__", None)
+    if name in _NUMPY_BRIDGES and (module.startswith("torch") or (objclass is not None and
+                                                                  objclass.__module__.startswith("torch"))
+                                   or isinstance(owner, torch.Tensor) or owner is torch._C):
+        return f"torch {name}"
+    return None
+
+
+class ForwardWatch:
+    """One profiler session over every forward call; ``call`` marks one. Built before any candidate
+    code is imported (its operator snapshot is torch's own)."""
+
+    def __init__(self, device: torch.device, kernel_source: str, enabled: bool = True,
+                 own_roots: tuple[str, ...] = (), allowed_ops: tuple[str, ...] = (),
+                 exempt: Callable[[], Any] | None = None):
+        self.enabled = enabled
+        self.own_roots = own_roots
+        self.allowed_ops = frozenset(allowed_ops)  # the rule set's allocation, view and copy ops
+        self._exempt = exempt  # the audit guard refuses sys.setprofile to everyone else
+        self.device = device
+        self.label = f"kernelcourt.forward.{os.urandom(6).hex()}"
+        self.before_ops = registered_ops() if enabled else set()
+        self.own_kernels = own_kernel_names(kernel_source)
+        self._profiler: Any = None
+        self.numpy_calls: dict[str, int] = {}
+        self.calls = 0
+        self._record_function = torch.autograd.profiler.record_function
+        self._setprofile = sys.setprofile
+        self._getprofile = sys.getprofile
+
+    def start(self) -> None:
+        if not self.enabled:
+            return
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        if self.device.type == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        # every thread: a pool started at import that does the work while forward waits is seen too
+        try:
+            config = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
+        except TypeError:  # a torch without the switch records the threads it follows
+            config = None
+        self._profiler = profile(activities=activities, record_shapes=False, with_stack=False,
+                                 experimental_config=config)
+        self._profiler.__enter__()
+
+    @contextmanager
+    def call(self) -> Iterator[None]:
+        """Around one forward call (and nothing of the judge's)."""
+        if not self.enabled:
+            yield
+            return
+        self.calls += 1
+        counts = self.numpy_calls
+
+        def hook(frame: Any, event: str, arg: Any) -> None:
+            if event == "c_call":
+                hit = _reaches_numpy(arg)
+                if hit:
+                    counts[hit] = counts.get(hit, 0) + 1
+
+        previous = self._getprofile()
+        with self._record_function(self.label):
+            self._set(hook)
+            try:
+                yield
+            finally:
+                self._set(previous)
+
+    def _set(self, hook: Any) -> None:
+        if self._exempt is None:
+            self._setprofile(hook)
+            return
+        with self._exempt():
+            self._setprofile(hook)
+
+    def stop(self) -> dict[str, Any]:
+        """Everything that started inside a forward range: ``ops`` (name -> count), ``kernels``
+        (device kernel name -> count), ``numpy`` (calls that reached NumPy) and the verdict's
+        inputs ``library_ops`` / ``library_kernels`` (what is neither the candidate's own nor an
+        allocation, view, copy or memory transfer)."""
+        report: dict[str, Any] = {"watched": self.enabled, "calls": self.calls, "ops": {}, "kernels": {},
+                                  "numpy": dict(self.numpy_calls), "library_ops": {}, "library_kernels": {},
+                                  "own_ops": [], "other_stream_kernels": {}}
+        if not self.enabled or self._profiler is None:
+            return report
+        self._profiler.__exit__(None, None, None)
+        own_ops = candidate_ops(registered_ops() - self.before_ops, self.own_roots)
+        report["own_ops"] = sorted(own_ops)
+        ops, kernels, elsewhere = forward_activity(self._profiler, self.label)
+        report["ops"], report["kernels"], report["other_stream_kernels"] = ops, kernels, elsewhere
+        allowed = self.allowed_ops
+        known = self.before_ops
+        for name, count in ops.items():
+            namespace, _, op = name.partition("::")
+            if name in own_ops or name not in known:
+                continue  # the candidate's own operator (or not an operator: an annotation)
+            if namespace in ("aten", "prims") and op in allowed:
+                continue
+            report["library_ops"][name] = count
+        for name, count in kernels.items():
+            if _MEMORY_KERNELS.search(name) or kernel_base_name(name) in self.own_kernels:
+                continue
+            report["library_kernels"][name] = count
+        return report
+
+
+def forward_activity(profiler: Any, label: str) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    """(ops, kernels, kernels on other streams) that started inside the ranges named ``label``: CPU
+    events from any thread by start time; device kernels by the host call that launched them
+    (CUPTI's correlation id). The third: forward kernels on a stream none of the judge's own device
+    work (copies, reads, fingerprints, all on the timer's stream) ran on."""
+    events = list(profiler.profiler.kineto_results.events())
+    ranges = sorted((e.start_ns(), e.start_ns() + e.duration_ns()) for e in events
+                    if e.name() == label and _on_cpu(e))
+
+    def inside(t: int) -> bool:
+        lo, hi = 0, len(ranges)
+        while lo < hi:  # the last range that starts at or before t
+            mid = (lo + hi) // 2
+            if ranges[mid][0] <= t:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo > 0 and t <= ranges[lo - 1][1]
+
+    ops: dict[str, int] = {}
+    kernels: dict[str, int] = {}
+    launched_inside: set[int] = set()
+    device_events = []
+    for e in events:
+        if _on_cpu(e):
+            if e.name() == label or not inside(e.start_ns()):
+                continue
+            ops[e.name()] = ops.get(e.name(), 0) + 1
+            correlation = _correlation(e)
+            if correlation:
+                launched_inside.add(correlation)
+        else:
+            device_events.append(e)
+    judge_streams: set[int] = set()
+    forward_streams: list[tuple[str, int]] = []
+    for e in device_events:
+        correlation = _correlation(e)
+        stream = _stream(e)
+        if correlation and correlation in launched_inside:
+            kernels[e.name()] = kernels.get(e.name(), 0) + 1
+            forward_streams.append((e.name(), stream))
+        elif stream >= 0:
+            judge_streams.add(stream)
+    elsewhere: dict[str, int] = {}
+    for name, stream in forward_streams:
+        if judge_streams and stream >= 0 and stream not in judge_streams:
+            elsewhere[name] = elsewhere.get(name, 0) + 1
+    return ops, kernels, elsewhere
+
+
+def _stream(event: Any) -> int:
+    getter = getattr(event, "device_resource_id", None)
+    try:
+        return int(getter()) if getter is not None else -1
+    except (TypeError, ValueError):
+        return -1
+
+
+def _on_cpu(event: Any) -> bool:
+    return str(event.device_type()).endswith("CPU")
+
+
+def _correlation(event: Any) -> int:
+    for attr in ("correlation_id", "linked_correlation_id"):
+        getter: Callable[[], int] | None = getattr(event, attr, None)
+        if getter is not None:
+            try:
+                value = int(getter())
+            except (TypeError, ValueError):
+                continue
+            if value:
+                return value
+    return 0
