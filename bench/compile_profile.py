@@ -88,7 +88,10 @@ def main() -> int:
     args = parser.parse_args()
 
     from bench.compile_speed import CPU_KERNEL, CUDA_KERNEL
-    from gpu_workers import build, buildcache, fastbuild
+    from gpu_workers.build import compile as build
+    from gpu_workers.build import inline as fastbuild
+    from gpu_workers.build import pch as buildcache
+    from gpu_workers.build import toolchain
     from gpu_workers.hardware import hardware_info
     from gpu_workers.schema import EvalRequest
 
@@ -97,7 +100,7 @@ def main() -> int:
     hardware = hardware_info(args.device, 0 if args.device == "cuda" else None)
     request = EvalRequest(task_source="", kernel_source=source, device=args.device)
     if args.lite_pch:  # as a warmed-up worker has it (built once per toolchain)
-        buildcache.pch_dir(build.cache_root(), args.device, kind="lite")
+        buildcache.pch_dir(toolchain.cache_root(), args.device, kind="lite")
     context = build.build_context(request, hardware)
     if not args.lite_pch:
         context.lite_pch = None
@@ -110,7 +113,7 @@ def main() -> int:
         print("the fast build is not available with this torch: nothing to profile")
         return 1
     # the bridge is built once per toolchain: not this candidate's cost
-    from gpu_workers import litebuild
+    from gpu_workers.build import light as litebuild
 
     litebuild.bridge_module(args.device == "cuda")
     own0, kids0 = _cpu()

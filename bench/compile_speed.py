@@ -88,7 +88,7 @@ import json, sys, time, torch, types
 source_path, device, out, path = sys.argv[1:5]
 if path == "ours":  # load what our compile phase built, as a candidate child does (light, split or plain)
     sys.path.insert(0, sys.argv[5])
-    from gpu_workers import fastbuild
+    from gpu_workers.build import inline as fastbuild
     assert fastbuild.install(), "our load_inline could not be installed"
 module = types.ModuleType("candidate")
 exec(compile(open(source_path).read(), "candidate", "exec"), module.__dict__)
@@ -137,7 +137,7 @@ def plain_build(source_path: Path, device: str, ext_dir: Path, out: Path) -> tup
 
 
 def ours_build(source: str, device: str, hardware: dict, show_log: bool = False) -> tuple[float, object]:
-    from gpu_workers.build import build_context, compile_candidate
+    from gpu_workers.build.compile import build_context, compile_candidate
     from gpu_workers.schema import EvalRequest
 
     request = EvalRequest(task_source="", kernel_source=source, device=device)
@@ -199,7 +199,8 @@ def main() -> int:
 
     import torch
 
-    from gpu_workers.build import build_context, cache_root
+    from gpu_workers.build.compile import build_context
+    from gpu_workers.build.toolchain import cache_root
     from gpu_workers.hardware import hardware_info
     from gpu_workers.schema import EvalRequest
 

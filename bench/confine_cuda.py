@@ -1,4 +1,4 @@
-"""Which writes CUDA needs under the candidate children's Landlock confinement (``gpu_workers.confine``).
+"""Which writes CUDA needs under the candidate children's Landlock confinement (``gpu_workers.child.confine``).
 
 For each case a fresh process confines itself to writing beneath its own folder, ``/dev`` and the
 case's extra folders, either before CUDA is initialised or after, then initialises CUDA (if not yet)
@@ -24,7 +24,7 @@ PROBE = r'''
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
 when, extra = sys.argv[2], json.loads(sys.argv[3])
-from gpu_workers import confine
+from gpu_workers.child import confine
 steps = []
 def confine_now():
     steps.append(confine.confine_writes([os.getcwd(), "/dev", *extra]).split(":")[0])
@@ -40,7 +40,7 @@ try:
     pinned = torch.empty(1 << 20, pin_memory=True); pinned.copy_(x.cpu()); steps.append("pinned")
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record(); torch.cuda._sleep(1000); b.record(); b.synchronize(); a.elapsed_time(b); steps.append("events")
-    from gpu_workers import timinghost
+    from gpu_workers.child import timinghost
     with timinghost.SpinWaits(torch.device("cuda")) as waits:
         torch.cuda.synchronize()
     steps.append(f"waits={waits.mode}")

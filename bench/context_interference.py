@@ -1,6 +1,6 @@
 """Does another process making or ending a CUDA context disturb a kernel timed meanwhile?
 
-The GPU slot (gpu_workers/gpuslot.py) keeps other evaluations' GPU work away from a timing. A
+The GPU slot (gpu_workers/sandbox/gpuslot.py) keeps other evaluations' GPU work away from a timing. A
 candidate child's context is made (its warm-up) and destroyed (its exit) by the driver: if that
 disturbs a timing, both must hold the GPU shared, and a waiting timer waits for them (on a busy
 16-core node, a context takes over a second to make). This measures it, in one run:

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 RUNNER = r"""
 import sys, torch
 sys.path.insert(0, sys.argv[1])
-from gpu_workers import fastbuild
+from gpu_workers.build import inline as fastbuild
 from gpu_workers.tasks import apply_profile, exec_source
 fastbuild.install()  # the evaluator's own build of this kernel (same sources, same folder): no rebuild
 task = exec_source(open(sys.argv[2]).read(), "task", "<task>")
@@ -87,7 +87,7 @@ def main() -> int:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
 
-    from gpu_workers.build import build_context, child_env
+    from gpu_workers.build.compile import build_context, child_env
     from gpu_workers.hardware import hardware_info
     from gpu_workers.schema import EvalRequest
     from gpu_workers.suite import list_tasks

@@ -36,7 +36,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from gpu_workers import EvalRequest, evaluate
-    from gpu_workers.build import build_context, compile_candidate
+    from gpu_workers.build.compile import build_context, compile_candidate
     from gpu_workers.hardware import hardware_info
     from gpu_workers.suite import list_tasks
 

@@ -99,7 +99,7 @@ def main() -> int:
                              "the first round then pays for it, as a worker that never warmed up would")
     args = parser.parse_args()
     if args.warm_up and args.pool == "local" and args.zygote != "both":  # Ray actors warm themselves (_batch)
-        from gpu_workers.warmup import warm_up
+        from gpu_workers.workers.warmup import warm_up
 
         os.environ["KERNELCOURT_ZYGOTE"] = "1" if args.zygote == "on" else "0"
         started = time.perf_counter()
@@ -144,7 +144,7 @@ def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count
     minute, overall and after the first round (None when there is too little to say)."""
     from gpu_workers import EvalRequest
     from gpu_workers.hardware import placement
-    from gpu_workers.pool import LocalPool, RayPool
+    from gpu_workers.workers.pool import LocalPool, RayPool
 
     requests = []
     for i in range(count):

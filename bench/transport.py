@@ -20,20 +20,20 @@ sys.path.insert(0, str(ROOT))
 SENDER = r"""
 import os, sys, torch
 sys.path.insert(0, sys.argv[1])
-from gpu_workers import sandbox
+from gpu_workers.sandbox import wire
 fd, mb, mode = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 tensor = torch.randn(mb << 18)  # mb MiB of float32
 if mode == "judge":
-    sandbox.write_message(fd, {"phase": "timing_outputs", "seq": 1, "kept_outputs": [tensor]}, b"k" * 32)
+    wire.write_message(fd, {"phase": "timing_outputs", "seq": 1, "kept_outputs": [tensor]}, b"k" * 32)
 else:
     raw = tensor.numpy().tobytes()
-    sandbox._write_all(fd, [len(raw).to_bytes(8, "big"), raw])
+    wire.write_all(fd, [len(raw).to_bytes(8, "big"), raw])
 os.close(fd)
 """
 
 
 def one(mode: str, mb: int) -> float:
-    from gpu_workers import sandbox
+    from gpu_workers.sandbox import process as sandbox
 
     read_fd, write_fd = os.pipe()
     sandbox.widen_pipe(read_fd)

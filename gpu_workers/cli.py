@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _batch(args: argparse.Namespace) -> int:
-    from .pool import LocalPool
+    from .workers.pool import LocalPool
 
     manifest = Path(args.manifest)
     if not manifest.exists():

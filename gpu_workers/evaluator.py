@@ -1,7 +1,7 @@
 """One evaluation: static checks → compile → reference → candidate → verdict → reward.
 
 The parent (this module) never imports task or candidate code and never initialises CUDA. Each
-phase that runs code runs in its own child (see ``sandbox`` and ``_child``).
+phase that runs code runs in its own child (see ``sandbox.process`` and ``child``).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from . import judge, refpool, sandbox, taskfacts
-from .build import (
+from . import judge, taskfacts
+from .build.compile import (
     BuildContext,
     PhaseFailure,
     build_context,
@@ -26,10 +26,12 @@ from .build import (
     compile_candidate,
     threads_for,
 )
-from .gpuslot import GpuSlot, SlotUse, contexts_held, gpu_slot
 from .hardware import ceilings, hardware_info
 from .reward import compute_reward, resolve_reward_config
 from .rules import default_rule_set, make_finding, static_scan, validate_rule_set
+from .sandbox import process as sandbox
+from .sandbox import refpool
+from .sandbox.gpuslot import GpuSlot, SlotUse, contexts_held, gpu_slot
 from .schema import EvalRequest, EvalResult, Finding
 from .tasks import KernelFileError, validate_kernel_source, validate_task_source
 

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .build import cache_root
+from .build.toolchain import cache_root
 
 # What a timing means (timing.time_callable and its L2 flush). Kept baselines are keyed on it, so a
 # baseline timed the old way is never set against a candidate timed the new way.

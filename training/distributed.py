@@ -5,7 +5,7 @@ missing Ray is a clear error only when a config asks for it. Without Ray the sam
 this process: ``make_evaluator_pool`` returns the local pool, ``LocalRolloutWorkers`` collects with
 the trainer's own policy.
 
-- evaluator actors: ``gpu_workers.pool.RayPool``, one actor per GPU (``num_gpus=1``); CUDA is
+- evaluator actors: ``gpu_workers.workers.pool.RayPool``, one actor per GPU (``num_gpus=1``); CUDA is
   initialised inside the actor, never in the driver. ``submit`` returns a ``concurrent.futures.Future``
   like the local pool, so the rollout collector does not know which one it talks to.
 - ``RayRolloutWorkers``: N actors each holding a policy copy; ``sync_weights`` broadcasts the
@@ -47,11 +47,11 @@ def init_ray(address: str | None = None) -> Any:
 
 
 def make_evaluator_pool(evaluator: Any) -> Any:
-    """The evaluator pool a run's ``EvaluatorConfig`` asks for: ``gpu_workers.pool.RayPool`` (one
+    """The evaluator pool a run's ``EvaluatorConfig`` asks for: ``gpu_workers.workers.pool.RayPool`` (one
     evaluator actor per GPU, ``num_gpus=1``, joining ``$RAY_ADDRESS``) or the local pool."""
     if evaluator.use_ray:
         init_ray()  # a clear error here when Ray is missing
-        from gpu_workers.pool import RayPool
+        from gpu_workers.workers.pool import RayPool
 
         return RayPool(actors=None if evaluator.device == "cuda" else evaluator.workers)
     return make_local_pool(evaluator.workers)

@@ -37,14 +37,14 @@ class TurnOutcome:
 
 
 class EvaluatorPool(Protocol):
-    """``gpu_workers.pool.LocalPool`` and the Ray pool both have this shape."""
+    """``gpu_workers.workers.pool.LocalPool`` and the Ray pool both have this shape."""
 
     def submit(self, request: Any) -> cf.Future: ...
 
 
 class ThreadEvaluatorPool:
     """Bounded parallelism around ``gpu_workers.evaluate`` (which isolates each kernel in its own
-    process, so threads are enough here). Used when ``gpu_workers.pool`` is not available."""
+    process, so threads are enough here). Used when ``gpu_workers.workers.pool`` is not available."""
 
     def __init__(self, workers: int = 2, evaluate_fn: Callable[[Any], Any] | None = None) -> None:
         if evaluate_fn is None:
@@ -61,7 +61,7 @@ class ThreadEvaluatorPool:
 
 def make_local_pool(workers: int) -> Any:
     try:
-        from gpu_workers.pool import LocalPool
+        from gpu_workers.workers.pool import LocalPool
     except ImportError:
         return ThreadEvaluatorPool(workers)
     return LocalPool(workers=workers)

@@ -18,7 +18,7 @@ app.autodiscover_tasks()
 def _warm_up_evaluator(who: str) -> None:
     """Start the zygote and load the light-build bridge now, in the background, not in the first
     evaluation, when the worker was started with KERNELCOURT_WARM_UP=cuda (the gpu queue's) or cpu."""
-    from gpu_workers.warmup import configured_device, warm_up_in_background
+    from gpu_workers.workers.warmup import configured_device, warm_up_in_background
 
     try:
         device = configured_device()

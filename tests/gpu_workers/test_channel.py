@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpu_workers import channel, sandbox
+from gpu_workers.sandbox import process as sandbox
+from gpu_workers.sandbox import wire as channel
 
 KEY = b"k" * 32
 
@@ -24,7 +25,7 @@ def _child_over_pipe(parts: list, key: bytes | None = KEY) -> sandbox.Child:
     read_fd, write_fd = os.pipe()
 
     def pump():
-        sandbox._write_all(write_fd, parts)
+        channel.write_all(write_fd, parts)
         os.close(write_fd)
 
     threading.Thread(target=pump, daemon=True).start()
@@ -96,7 +97,7 @@ def test_forged_tensor_references_are_refused(mark):
 def test_a_child_reads_its_setup_in_the_same_format():
     read_fd, write_fd = os.pipe()
     setup = {"weights": torch.randn(1 << 19), "seeds": [1, 2, 3]}
-    writer = threading.Thread(target=lambda: (sandbox._write_all(write_fd, channel.encode_parts(setup)),
+    writer = threading.Thread(target=lambda: (channel.write_all(write_fd, channel.encode_parts(setup)),
                                               os.close(write_fd)))
     writer.start()
     got = channel.read_message(read_fd)

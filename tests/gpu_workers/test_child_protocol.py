@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from gpu_workers import sandbox
+from gpu_workers.sandbox import process as sandbox
 
 
 def test_a_candidate_child_warms_up_on_request_then_waits_for_its_setup():

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_workers import EvalRequest, confine, evaluate
+from gpu_workers import EvalRequest, evaluate
+from gpu_workers.child import confine
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = Path(__file__).resolve().parent / "hacks" / "tasks"
@@ -63,7 +64,7 @@ def test_a_confined_process_writes_only_beneath_its_folders_and_so_do_its_thread
     kept.write_text("as it was")
     probe = textwrap.dedent(f"""
         import subprocess, threading
-        from gpu_workers import confine
+        from gpu_workers.child import confine
         print(confine.confine_writes([{str(mine)!r}]))
         open({str(mine / "a")!r}, "w").write("x")
         for target in ({str(other / "b")!r},):

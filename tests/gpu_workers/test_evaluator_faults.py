@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from gpu_workers import EvalRequest, EvalResult, evaluate, refpool, zygote
-from gpu_workers.pool import LocalPool
+from gpu_workers import EvalRequest, EvalResult, evaluate
+from gpu_workers.sandbox import refpool, zygote
 from gpu_workers.tasks import TaskError
+from gpu_workers.workers.pool import LocalPool
 
 HACKS = Path(__file__).resolve().parent / "hacks"
 FAULTS = HACKS / "faults"
@@ -249,7 +250,7 @@ def test_a_build_lock_left_by_a_killed_worker_does_not_hang_the_next_evaluation(
     """torch's load_inline waits forever on a `lock` file that a killed build left; we clear it."""
     import time
 
-    from gpu_workers.build import build_context, clear_stale_batons
+    from gpu_workers.build.compile import build_context, clear_stale_batons
     from gpu_workers.hardware import hardware_info
     from gpu_workers.suite import list_tasks
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gpu_workers import EvalRequest
-from gpu_workers.pool import LocalPool
+from gpu_workers.workers.pool import LocalPool
 
 pytestmark = [
     pytest.mark.gpu,

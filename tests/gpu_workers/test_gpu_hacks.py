@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from gpu_workers import EvalRequest, EvalResult
-from gpu_workers.pool import LocalPool
+from gpu_workers.workers.pool import LocalPool
 
 pytestmark = [
     pytest.mark.gpu,

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from gpu_workers.gpuslot import SlotUse, gpu_slot, slot_name
 from gpu_workers.hardware import visible_device
+from gpu_workers.sandbox.gpuslot import SlotUse, gpu_slot, slot_name
 
 H200_A = {"name": "NVIDIA H200", "gpu": {"index": 0, "uuid": "GPU-aaaa-1111"}}
 H200_B = {"name": "NVIDIA H200", "gpu": {"index": 1, "uuid": "GPU-bbbb-2222"}}

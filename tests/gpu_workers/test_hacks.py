@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from gpu_workers import EvalRequest, EvalResult
-from gpu_workers.pool import LocalPool
 from gpu_workers.reward import compute_reward
+from gpu_workers.workers.pool import LocalPool
 
 HACKS = Path(__file__).resolve().parent / "hacks"
 MANIFEST = json.loads((HACKS / "manifest.json").read_text())

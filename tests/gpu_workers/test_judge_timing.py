@@ -9,8 +9,9 @@ import time
 
 import pytest
 
-from gpu_workers import EvalRequest, evaluate, evaluator, judge, sandbox, taskfacts
+from gpu_workers import EvalRequest, evaluate, evaluator, judge, taskfacts
 from gpu_workers.rules import default_rule_set
+from gpu_workers.sandbox import process as sandbox
 
 RULES = default_rule_set("strict")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpu_workers import litebuild
+from gpu_workers.build import light as litebuild
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -21,7 +21,7 @@ def lite_load_inline(tmp_path, monkeypatch):
     """torch's load_inline with our fast paths installed, as in a compile or candidate child."""
     from torch.utils import cpp_extension
 
-    from gpu_workers import fastbuild
+    from gpu_workers.build import inline as fastbuild
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
     original = cpp_extension.load_inline
@@ -125,7 +125,7 @@ def test_a_cpp_extension_builds_light_and_computes_what_pytorch_computes(lite_lo
 
 def test_the_light_header_precompiled_once_serves_a_build_and_changes_nothing_in_it(lite_load_inline, monkeypatch,
                                                                                    kernelcourt_cache_dir):
-    from gpu_workers import buildcache
+    from gpu_workers.build import pch as buildcache
 
     folder = buildcache.pch_dir(kernelcourt_cache_dir, "cpu", kind="lite")  # as a worker's warm-up builds it
     if folder is None:
@@ -325,7 +325,7 @@ class ModelNew(nn.Module):
 
 def test_the_compile_phase_uses_a_spare_child_and_the_light_build():
     from gpu_workers import EvalRequest
-    from gpu_workers.build import build_context, close_spares, compile_candidate
+    from gpu_workers.build.compile import build_context, close_spares, compile_candidate
     from gpu_workers.hardware import hardware_info
 
     hardware = hardware_info("cpu")

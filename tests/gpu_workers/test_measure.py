@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpu_workers import timing, timinghost
+from gpu_workers.child import timing, timinghost
 
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = r'''
 import sys
 import torch
-from gpu_workers import measure
+from gpu_workers.child import measure
 assert "torch._dynamo" not in sys.modules, "measure must not import dynamo (a second or two per child)"
 import torch._dynamo  # what a candidate's torch.compile does: it rebinds torch.manual_seed
 print("after dynamo:", measure.patched_attributes())

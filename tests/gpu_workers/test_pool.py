@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpu_workers import EvalRequest
-from gpu_workers.pool import LocalPool
+from gpu_workers.workers.pool import LocalPool
 
 TASK = (Path(__file__).resolve().parent / "hacks" / "tasks" / "scale_relu.py").read_text()
 OPEN_KERNEL = '''
@@ -39,7 +39,7 @@ def test_ray_pool_runs_several_evaluations_per_actor():
     pytest.importorskip("ray")
     import ray
 
-    from gpu_workers.pool import RayPool
+    from gpu_workers.workers.pool import RayPool
 
     ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True)
     try:
@@ -57,7 +57,7 @@ def test_a_local_pool_judges_with_one_torch_thread_unless_told_otherwise():
     import subprocess
     import sys
 
-    probe = ("import torch; torch.set_num_threads(2); from gpu_workers.pool import LocalPool; "
+    probe = ("import torch; torch.set_num_threads(2); from gpu_workers.workers.pool import LocalPool; "
              "LocalPool(workers=2).shutdown(); print(torch.get_num_threads())")
     for setting, expected in ((None, "1"), ("2", "2"), ("8", "2")):  # a cap, never a raise
         env = {k: v for k, v in os.environ.items() if k != "KERNELCOURT_JUDGE_THREADS"}

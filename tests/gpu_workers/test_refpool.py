@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gpu_workers import EvalRequest, _child, evaluate, refpool, sandbox
+from gpu_workers import EvalRequest, evaluate
+from gpu_workers.child import reference as child_reference
+from gpu_workers.sandbox import process as sandbox
+from gpu_workers.sandbox import refpool
 
 TASKS = Path(__file__).resolve().parent / "hacks" / "tasks"
 KERNEL = """
@@ -88,7 +91,7 @@ def test_reuse_can_be_switched_off(kernelcourt_cache_dir, monkeypatch):
 
 
 def test_a_reference_child_started_ahead_does_torchs_lazy_imports_then_and_a_candidate_does_not():
-    for role, expected in (("reference", {"phase": "warm", "lazy": sorted(_child.LAZY_MODULES)}),
+    for role, expected in (("reference", {"phase": "warm", "lazy": sorted(child_reference.LAZY_MODULES)}),
                            ("candidate", {"phase": "warm"})):
         with sandbox.spawn(role) as child:
             child.send({"warm": "cpu"})  # as refpool.prestart sends it (and the evaluator, to a candidate)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpu_workers.splitbuild import NotSplittable, mask, split_cuda_source
+from gpu_workers.build.split import NotSplittable, mask, split_cuda_source
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -199,7 +199,7 @@ class ModelNew(nn.Module):
 @needs_cuda
 def test_split_build_failure_falls_back_to_the_plain_build():
     from gpu_workers import EvalRequest, evaluate
-    from gpu_workers.build import extension_dir
+    from gpu_workers.build.toolchain import extension_dir
     from gpu_workers.hardware import cuda_arch_list, hardware_info
 
     request = EvalRequest(task_source=SPLIT_FAILS_TASK, kernel_source=CONSTANT_SYMBOL_KERNEL, device="cuda",
@@ -214,7 +214,7 @@ COMPARE_WITH_PLAIN = r'''
 import os, sys, time, torch
 from torch.utils.cpp_extension import load_inline
 sys.path.insert(0, sys.argv[1])
-from gpu_workers import fastbuild
+from gpu_workers.build import inline as fastbuild
 source, folder, name = open(sys.argv[2]).read(), sys.argv[3], sys.argv[4]
 cpp = "torch::Tensor scaled_relu(torch::Tensor x, double scale);"
 x = torch.randn(1 << 20, device="cuda")

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from gpu_workers import EvalRequest
-from gpu_workers.pool import LocalPool
 from gpu_workers.suite import list_tasks
+from gpu_workers.workers.pool import LocalPool
 
 TASKS = list_tasks()
 

@@ -8,7 +8,14 @@ import time
 
 import pytest
 
-from gpu_workers import EvalRequest, build, buildcache, evaluate, litebuild, refpool, sandbox, warmup, zygote
+from gpu_workers import EvalRequest, evaluate
+from gpu_workers.build import compile as build
+from gpu_workers.build import light as litebuild
+from gpu_workers.build import pch as buildcache
+from gpu_workers.build import toolchain
+from gpu_workers.sandbox import process as sandbox
+from gpu_workers.sandbox import refpool, zygote
+from gpu_workers.workers import warmup
 
 TASK = """
 import torch
@@ -60,7 +67,7 @@ def test_warm_up_starts_the_zygote_and_leaves_the_bridge_and_the_header_built(ke
     if zygote.enabled():
         assert any(z.alive for z in zygote.running())
     # its compile child had a build folder of its own, as a candidate's has: there the bridge is loaded
-    assert build.extension_dir(warmup.WARM_UP_SOURCE, "cpu", None).is_dir()
+    assert toolchain.extension_dir(warmup.WARM_UP_SOURCE, "cpu", None).is_dir()
     if litebuild.enabled():
         assert list((kernelcourt_cache_dir / "lite").glob("kernelcourt_bridge_*/bridge.ok"))
     if buildcache._pch_place(kernelcourt_cache_dir, "cpu") is not None:  # GCC here: the headers are ready

@@ -1,4 +1,4 @@
-"""Children forked from the zygote are what ``python -m gpu_workers._child`` would be: their own
+"""Children forked from the zygote are what ``python -m gpu_workers.child.main`` would be: their own
 session, folder, scrubbed environment, descriptors and random state, with exit statuses reported
 back, and a zygote that dies or is switched off costs nothing but speed."""
 
@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from gpu_workers import sandbox, zygote
+from gpu_workers.sandbox import process as sandbox
+from gpu_workers.sandbox import zygote
 
 PROBE = r'''
 import json, os, random, sys
@@ -56,7 +57,7 @@ def test_a_forked_child_has_its_own_session_folder_environment_and_descriptors()
         assert {k: v for k, v in a["env"].items() if k != "KA_ADDRESS_LIMIT"} == expected
         assert len(a["fds"]) <= 6  # stdin, the log twice, its two pipes (and the listing's own)
         assert a["random"] != b["random"]  # not the zygote's random state
-        assert a["argv0"].endswith("_child.py")
+        assert a["argv0"].endswith("child/main.py")
 
 
 @pytest.mark.skipif(not zygote.enabled(), reason="KERNELCOURT_ZYGOTE=0")
@@ -105,10 +106,10 @@ def test_the_zygote_imports_nothing_that_asks_cuda_for_its_devices_and_a_child_d
     """torch.utils.cpp_extension calls torch.cuda.is_available() at import wherever it finds CUDA_HOME:
     a process that forks must not have initialised the driver, so the zygote's preload (every role's)
     leaves it out and a compile or candidate child imports it itself, before its setup arrives."""
-    probe = ("import sys\nfrom gpu_workers import _child\n"
-             "for role in _child._PRELOAD:\n    _child._preload(role)\n"
+    probe = ("import sys\nfrom gpu_workers.child import main as child_main\n"
+             "for role in child_main.PRELOAD:\n    child_main.preload(role)\n"
              "zygote = 'torch.utils.cpp_extension' in sys.modules\n"
-             "_child._preload('candidate', own=True)\n"
+             "child_main.preload('candidate', own=True)\n"
              "print(zygote, 'torch.utils.cpp_extension' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

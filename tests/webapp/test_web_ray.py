@@ -73,7 +73,7 @@ def test_the_gpu_queue_hands_its_evaluation_to_the_ray_evaluator_actor(ray_clust
         assert stats["served"] == 1  # the job ran in the actor, not in the Celery process
         assert stats["pid"] != worker_pid
         # another feeder gets the same actor, not one more
-        from gpu_workers.pool import RayPool
+        from gpu_workers.workers.pool import RayPool
 
         again = RayPool(name="kernelcourt-evaluator")
         assert again.names == [ACTOR] and again.stats() == [stats]

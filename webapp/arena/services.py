@@ -237,7 +237,7 @@ def evaluation_run(*, evaluation_id: int) -> Evaluation | None:
             gpu_index=evaluation_gpu(evaluation_id=evaluation_id, device=evaluation.device),
         )
         if settings.EVAL_POOL == "ray":
-            from gpu_workers.pool import shared_ray_pool
+            from gpu_workers.workers.pool import shared_ray_pool
 
             result = shared_ray_pool().evaluate(request)  # one actor per GPU, fed by every gpu-queue process
         else:

@@ -11,7 +11,7 @@ EVAL_TRIALS = int(os.environ.get("EVAL_TRIALS", "3"))
 # worker with --concurrency of a few per GPU so compiles overlap the measurements).
 EVAL_GPUS = max(1, int(os.environ.get("EVAL_GPUS", "1")))
 # Where a `gpu`-queue job runs its evaluation: "local" (in the worker process, on EVAL_GPUS) or "ray"
-# (handed to the cluster's named evaluator actors, one per GPU, at RAY_ADDRESS; see gpu_workers.pool).
+# (handed to the cluster's named evaluator actors, one per GPU, at RAY_ADDRESS; see gpu_workers.workers.pool).
 EVAL_POOL = os.environ.get("EVAL_POOL", "local")
 if EVAL_POOL not in ("local", "ray"):
     raise ValueError(f"EVAL_POOL must be 'local' or 'ray', not {EVAL_POOL!r}")

@@ -28,8 +28,8 @@ def _locals_of(name):
 
 
 def _take_over():
-    measure = sys.modules["gpu_workers.measure"]
-    role = _locals_of("_role_candidate")
+    measure = sys.modules["gpu_workers.child.measure"]
+    role = _locals_of("role_candidate")
     send, setup, guarded, models = role["send"], role["setup"], role["guarded"], role["models"]
     sample = role["rotations"][0][0]
     start = measure._perf_counter()

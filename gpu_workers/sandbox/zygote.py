@@ -1,12 +1,12 @@
 """Children forked from a process that has already imported torch (a "zygote").
 
-Every untrusted phase runs in a fresh process (``_child``); started with ``python -m`` each one
+Every untrusted phase runs in a fresh process (``child``); started with ``python -m`` each one
 imports torch again, two to three seconds of CPU, three times per evaluation: on a 16-core node
 that, not the compilers or the GPU, is what limits evaluations per minute. The zygote imports torch
 and the children's modules once and never runs task or candidate code, never touches CUDA and holds
 no secret. For each child it forks; the fork starts a new session, takes the pipes and log it was
-handed, replaces its whole environment with the one ``sandbox`` scrubbed for it, and runs
-``_child.main`` exactly as ``python -m gpu_workers._child`` would. Each child is still a fresh
+handed, replaces its whole environment with the one ``sandbox.process`` scrubbed for it, and runs
+``child.main.main`` exactly as ``python -m gpu_workers.child.main`` would. Each child is still a fresh
 process with its own CUDA context: a crash or a hung kernel in one touches no other.
 
 The zygote is its children's parent: it reaps them and reports each exit status to the worker,
@@ -84,7 +84,7 @@ class Zygote:
                    MKL_NUM_THREADS="1")
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-s", "-u", "-m", "gpu_workers.zygote", str(theirs.fileno())],
+                [sys.executable, "-s", "-u", "-m", "gpu_workers.sandbox.zygote", str(theirs.fileno())],
                 cwd=self.workdir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 pass_fds=(theirs.fileno(),), start_new_session=True, close_fds=True)
         theirs.close()
@@ -277,7 +277,7 @@ def _die_with(parent: int) -> None:
 
 
 def _become_child(request: dict[str, Any], fds: list[int], parent: int) -> None:
-    """In the forked process: become what ``python -m gpu_workers._child ROLE IN OUT`` would be."""
+    """In the forked process: become what ``python -m gpu_workers.child.main ROLE IN OUT`` would be."""
     code = 1
     try:
         _die_with(parent)
@@ -304,10 +304,10 @@ def _become_child(request: dict[str, Any], fds: list[int], parent: int) -> None:
         import random
 
         random.seed(os.urandom(32))
-        from . import _child
+        from ..child import main as child_main
 
-        sys.argv = [_child.__file__, request["role"], str(in_fd), str(out_fd)]
-        code = _child.main([request["role"], str(in_fd), str(out_fd)])
+        sys.argv = [child_main.__file__, request["role"], str(in_fd), str(out_fd)]
+        code = child_main.main([request["role"], str(in_fd), str(out_fd)])
     except BaseException:  # noqa: BLE001 - report in the child's log, never return into the zygote
         import traceback
 
@@ -328,10 +328,10 @@ def serve(fd: int) -> None:
     sock = socket.socket(fileno=fd)
     import torch
 
-    from . import _child
+    from ..child import main as child_main
 
-    for role in _child._PRELOAD:
-        _child._preload(role)
+    for role in child_main.PRELOAD:
+        child_main.preload(role)
     # Everything imported so far (torch and ours: ~170k objects) moves to the collector's permanent
     # generation, before every fork too: a child's collections never walk these objects, and so never
     # write to their pages, which stay shared with the zygote instead of being copied.

@@ -12,12 +12,12 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from .schema import EvalRequest, EvalResult
+from ..schema import EvalRequest, EvalResult
 
 
 def _safe_evaluate(request: EvalRequest) -> EvalResult:
-    from .evaluator import evaluate
-    from .tasks import TaskError
+    from ..evaluator import evaluate
+    from ..tasks import TaskError
 
     try:
         return evaluate(request)
@@ -63,7 +63,7 @@ class LocalPool(_Pool):
                  evaluate_fn: Callable[[EvalRequest], EvalResult] = _safe_evaluate):
         if workers < 1:
             raise ValueError("workers must be at least 1")
-        from .judge import limit_threads
+        from ..judge import limit_threads
 
         limit_threads()  # a worker judges many evaluations at once: one torch thread each
         self.workers = workers
@@ -109,7 +109,7 @@ def _actor_class(ray: Any, gpus: int, concurrency: int) -> Any:
 
             self.pid = os.getpid()
             self.served = 0
-            from .judge import limit_threads
+            from ..judge import limit_threads
 
             limit_threads()  # its evaluations judge at once: one torch thread each
             self._warming = None

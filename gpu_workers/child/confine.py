@@ -12,7 +12,7 @@ threads started later and for any process the child starts; it cannot be undone.
 
 Landlock applies to the thread that asks and to what it starts afterwards, so a child confines itself
 while it is the only thread it has (at its start, or before the candidate's code, whichever its role
-allows: see ``_child``). Where the kernel has no Landlock (or a container filters its system calls),
+allows: see ``child``). Where the kernel has no Landlock (or a container filters its system calls),
 ``confine_writes`` says so and the child goes on unconfined. ``KERNELCOURT_CONFINE=0`` turns it off.
 """
 

@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from .build import cache_root
+from ..build.toolchain import cache_root
 
 
 @dataclass

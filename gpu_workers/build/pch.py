@@ -9,7 +9,7 @@ they do not). Results are identical: the same header, the same flags, the same c
 
 The light build's stand-in for that header (``lite/include/torch/extension.h``: the standard
 library's headers, about 90k lines, half of a light host unit's second) is precompiled the same way
-(``kind="lite"``); ``litebuild`` puts its folder before the light headers' own.
+(``kind="lite"``); ``build.light`` puts its folder before the light headers' own.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import sysconfig
 import threading
 from functools import lru_cache
 from pathlib import Path
+
+from .light import INCLUDE, host_flags
 
 
 def _torch_include() -> Path:
@@ -130,15 +132,11 @@ def pch_dir(cache_root: Path, device: str, *, wait: bool = True, kind: str = "to
 
 
 def _lite_include() -> Path:
-    from .litebuild import INCLUDE
-
     return INCLUDE
 
 
 def lite_pch_flags(device: str) -> list[str]:
-    """The flags a light build gives g++ for its host unit (``litebuild.plans``), minus the extension name."""
-    from .litebuild import host_flags
-
+    """The flags a light build gives g++ for its host unit (``light.plans``), minus the extension name."""
     return ["-I", str(_lite_include())] + pch_flags(device) + host_flags(device == "cuda")
 
 

@@ -6,7 +6,7 @@
 // Every operation goes to PyTorch itself through the bridge (kernelcourt_abi.h, bridge.cpp): tensor
 // queries read the real tensor, operators are called through PyTorch's dispatcher by schema name, the
 // stream is PyTorch's current stream. Code that needs more than this falls back to the full headers
-// (gpu_workers/litebuild.py), so nothing a candidate may write is narrowed.
+// (gpu_workers/build/light.py), so nothing a candidate may write is narrowed.
 #ifndef KERNELCOURT_LITE_H
 #define KERNELCOURT_LITE_H
 

@@ -6,7 +6,7 @@ The candidate's own host code is short. So we compile it against ``lite/include`
 PyTorch headers candidates include, which declare the everyday C++ API (``kernelcourt_lite.h``).
 Every call goes to PyTorch itself through a bridge extension built once per toolchain
 (``lite/bridge.cpp``): tensor queries read the real tensor, operators run through PyTorch's dispatcher
-by schema name, the stream is PyTorch's current stream. A CUDA source is split first (``splitbuild``:
+by schema name, the stream is PyTorch's current stream. A CUDA source is split first (``build.split``:
 its device half through nvcc with CUDA's headers only, its host half with the C++ code); one the
 splitter leaves alone (templated kernels, kernels used other than by launching) is compiled whole by
 nvcc against the same light headers, so AT_DISPATCH and templates work as written.
@@ -33,7 +33,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .splitbuild import NotSplittable, split_cuda_source
+from .split import NotSplittable, split_cuda_source
+from .toolchain import cache_root, toolchain_id
 
 LITE = Path(__file__).resolve().parent / "lite"
 INCLUDE = LITE / "include"
@@ -86,7 +87,7 @@ def enabled() -> bool:
 
 def host_flags(with_cuda: bool) -> list[str]:
     """What a light build adds to g++'s flags for its host unit (its precompiled header, built by
-    ``buildcache``, must be made with the same)."""
+    ``build.pch``, must be made with the same)."""
     return ["-fvisibility=hidden"] + (["-DKA_LITE_CUDA"] if with_cuda else [])
 
 
@@ -94,7 +95,7 @@ def plans(arguments: dict[str, Any]) -> list[LitePlan]:
     """load_inline's arguments for the light builds of this call, fastest first (none where they do
     not apply, or where an earlier attempt at this name failed):
 
-    - light+split: the CUDA source split (``splitbuild``); the device half compiled by nvcc with
+    - light+split: the CUDA source split (``build.split``); the device half compiled by nvcc with
       CUDA's headers only, the host half with the C++ sources against the light headers;
     - light: the CUDA source compiled whole by nvcc against the light headers (templated kernels,
       kernels used other than by launching, ...), or a C++-only extension.
@@ -152,7 +153,7 @@ def plans(arguments: dict[str, Any]) -> list[LitePlan]:
 
 
 def _precompiled() -> list[str]:
-    """The folder of the light ``torch/extension.h`` precompiled for this toolchain (``buildcache``,
+    """The folder of the light ``torch/extension.h`` precompiled for this toolchain (``build.pch``,
     ``kind="lite"``), searched before the light headers: g++ takes the ``.gch`` where the build's
     flags match and the header itself (a link beside it) where they do not; nvcc's units see only
     the link. Empty where none is ready (``KERNELCOURT_LITE_PCH`` names it)."""
@@ -186,8 +187,6 @@ def _bridge_source() -> str:
 def bridge_module(with_cuda: bool) -> types.ModuleType:
     """The bridge extension for this toolchain, built into the cache on first use (under a lock)."""
     from torch.utils import cpp_extension
-
-    from .build import cache_root, toolchain_id
 
     source = _bridge_source()
     # Optimised: every call of a light-built function goes through it, and torch's load_inline adds no

@@ -1,6 +1,6 @@
 """Child processes for untrusted work: spawn, scrubbed environment, private pipes, limits.
 
-Every phase that runs task or candidate code runs in a fresh ``python -m gpu_workers._child``
+Every phase that runs task or candidate code runs in a fresh ``python -m gpu_workers.child.main``
 process with its own working directory and a scrubbed environment. Messages travel over a pair of
 private pipes as length-prefixed ``torch.save`` payloads, read back with ``weights_only=True`` (so a
 hostile child can send tensors and plain data, never code). The child's stdout and stderr go to a
@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import channel
+from . import wire
+from .wire import write_all
 
-PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 # Variables a child may inherit; everything else (API keys, database URLs, tokens) is dropped.
 _ENV_KEEP = (
@@ -42,18 +43,6 @@ class ChildError(RuntimeError):
     def __init__(self, kind: str, message: str):
         super().__init__(message)
         self.kind = kind  # "timeout" | "exited" | "protocol" | "memory"
-
-
-def write_message(fd: int, obj: Any, key: bytes | None = None, save: Any = None) -> None:
-    _write_all(fd, channel.encode_parts(obj, key, save))
-
-
-def _write_all(fd: int, parts: list[memoryview | bytes]) -> None:
-    for part in parts:
-        view = memoryview(part).cast("B")
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
 
 
 def widen_pipe(fd: int) -> None:
@@ -134,11 +123,11 @@ class Child:
     # --- sending -------------------------------------------------------------------------
     def send(self, obj: Any) -> threading.Thread:
         """Send in a thread: a hostile child that never reads cannot block the parent."""
-        parts = channel.encode_parts(obj)
+        parts = wire.encode_parts(obj)
 
         def pump() -> None:
             try:
-                _write_all(self.to_child, parts)
+                write_all(self.to_child, parts)
             except OSError:
                 pass  # the child died; the reader side reports it
 
@@ -208,22 +197,22 @@ class Child:
 
     def recv(self, deadline: float, max_bytes: int = 8 << 30) -> dict[str, Any]:
         try:
-            head = self._take(channel.COUNTS.size, deadline)
-            skeleton_len, count = channel.read_counts(head, max_bytes)
-            lengths_raw = self._take(channel.WORD.size * count, deadline)
-            lengths = channel.read_lengths(lengths_raw, count, skeleton_len, max_bytes)
-        except channel.FormatError as exc:
+            head = self._take(wire.COUNTS.size, deadline)
+            skeleton_len, count = wire.read_counts(head, max_bytes)
+            lengths_raw = self._take(wire.WORD.size * count, deadline)
+            lengths = wire.read_lengths(lengths_raw, count, skeleton_len, max_bytes)
+        except wire.FormatError as exc:
             raise ChildError("protocol", f"the {self.role} process {exc}") from None
         skeleton = self._take(skeleton_len, deadline)
         raws = [self._read_raw(n, deadline) for n in lengths]
         if self.mac_key:
-            tag = self._take(channel.MAC_SIZE, deadline)
-            expected = channel.mac(self.mac_key, [head, lengths_raw, skeleton, *raws])
+            tag = self._take(wire.MAC_SIZE, deadline)
+            expected = wire.mac(self.mac_key, [head, lengths_raw, skeleton, *raws])
             if not hmac.compare_digest(tag, expected):
                 raise ChildError("protocol", f"a message from the {self.role} process failed authentication "
                                              "(it did not come from the judge)")
         try:
-            message = channel.build(skeleton, raws)
+            message = wire.build(skeleton, raws)
         except Exception as exc:  # noqa: BLE001 - hostile bytes
             raise ChildError("protocol", f"unreadable message from the {self.role} process: {exc}") from None
         if not isinstance(message, dict):
@@ -338,7 +327,7 @@ def _fork(role: str, env: dict[str, str], workdir: Path, fds: tuple[int, int, in
 
 def spawn(role: str, *, env_extra: dict[str, str] | None = None, memory_limit_mb: int = 0,
           address_space_limit: bool = False, workdir: Path | None = None) -> Child:
-    """Start ``gpu_workers._child ROLE`` in a new session with private pipes: forked from the zygote,
+    """Start ``gpu_workers.child.main ROLE`` in a new session with private pipes: forked from the zygote,
     or ``python -m``."""
     owns = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix=f"ka-{role}-")) if workdir is None else workdir
@@ -356,7 +345,7 @@ def spawn(role: str, *, env_extra: dict[str, str] | None = None, memory_limit_mb
         proc = _fork(role, env, workdir, (to_child_r, from_child_w, log.fileno()))
         if proc is None:
             proc = subprocess.Popen(
-                [sys.executable, "-s", "-u", "-m", "gpu_workers._child", role, str(to_child_r), str(from_child_w)],
+                [sys.executable, "-s", "-u", "-m", "gpu_workers.child.main", role, str(to_child_r), str(from_child_w)],
                 cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 pass_fds=(to_child_r, from_child_w), start_new_session=True, close_fds=True,
             )

@@ -169,3 +169,15 @@ def read_message(fd: int, max_bytes: int = 1 << 40) -> Any:
     for raw in raws:
         read_exact_into(fd, raw)
     return build(bytes(skeleton), raws)
+
+
+def write_message(fd: int, obj: Any, key: bytes | None = None, save: Any = None) -> None:
+    write_all(fd, encode_parts(obj, key, save))
+
+
+def write_all(fd: int, parts: list[memoryview | bytes]) -> None:
+    for part in parts:
+        view = memoryview(part).cast("B")
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]

@@ -1,6 +1,6 @@
 /* The C interface between a candidate's host code compiled against the light headers
  * (kernelcourt_lite.h) and the bridge built once per toolchain with PyTorch's real headers
- * (gpu_workers/lite/bridge.cpp). Plain C so that both sides agree without sharing a C++ ABI. */
+ * (gpu_workers/build/lite/bridge.cpp). Plain C so that both sides agree without sharing a C++ ABI. */
 #ifndef KERNELCOURT_ABI_H
 #define KERNELCOURT_ABI_H
 #include <stddef.h>

@@ -1,6 +1,6 @@
 // The bridge between candidates built against the light headers and PyTorch itself.
 //
-// Built once per toolchain with PyTorch's real headers (gpu_workers/litebuild.py), imported as a
+// Built once per toolchain with PyTorch's real headers (gpu_workers/build/light.py), imported as a
 // Python extension. A candidate's library exports kernelcourt_lite_init (kernelcourt_lite.h); bind()
 // opens it, hands it the table of functions below (tensor queries, any ATen operator through the
 // dispatcher, the CUDA stream PyTorch uses) and returns its functions as Python callables that

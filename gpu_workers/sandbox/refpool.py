@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Any
 
-from . import sandbox
+from . import process as sandbox
 from .gpuslot import SlotUse, gpu_slot
 
 MAX_USES = 64

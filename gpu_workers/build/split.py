@@ -6,13 +6,13 @@ own code takes well under a second. We split the candidate's CUDA source at its 
 - device items (``__global__``, ``__device__``, ``__constant__``, ``__shared__``) and what they
   need (preprocessor lines, types, constants) go into a ``.cu`` that includes only CUDA's headers;
 - host items (the functions that take ``torch::Tensor`` and launch kernels) join the C++ file,
-  which starts with ``torch/extension.h`` and so uses our precompiled header (``buildcache``);
+  which starts with ``torch/extension.h`` and so uses our precompiled header (``build.pch``);
 - each launch ``k<<<cfg>>>(args)`` in host code becomes a call of a launcher defined in the ``.cu``
   with the kernel's own parameter list (so the same argument conversions), which launches
   ``k<<<cfg>>>(args)`` there.
 
 The device code is the candidate's own text, compiled by the same nvcc with the same flags, so its
-machine code does not change; torch's own ``load_inline`` writes, builds and links both files (``fastbuild`` installs it).
+machine code does not change; torch's own ``load_inline`` writes, builds and links both files (``build.inline`` installs it).
 What the splitter does not understand (templated kernels, device code that uses torch, code inside
 conditional compilation, a kernel taken by address) is left to the plain build, and so is any split
 that fails to compile: a failed split costs seconds, never a wrong build.

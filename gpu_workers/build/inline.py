@@ -1,8 +1,8 @@
 """The candidate's ``load_inline``, fastest build first.
 
 Installed in the compile and candidate children before the candidate's code runs: a call of
-``torch.utils.cpp_extension.load_inline`` tries the light build (``litebuild``, light+split then
-light), then the split build (``splitbuild``), then torch's own plain build. A build that fails leaves
+``torch.utils.cpp_extension.load_inline`` tries the light build (``build.light``, light+split then
+light), then the split build (``build.split``), then torch's own plain build. A build that fails leaves
 a marker in its folder, so the run phase and later evaluations of the same name go straight to the
 next one; the compile log says which build made the module and where its time went.
 """
@@ -16,12 +16,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import litebuild, splitbuild
+from . import light, split
 
 
 def install() -> bool:
     """Replace ``torch.utils.cpp_extension.load_inline`` in this process (a compile or candidate
-    child) with one that tries the light build first (``litebuild``), then the split build, then the
+    child) with one that tries the light build first (``build.light``), then the split build, then the
     plain one. Off without ``TORCH_EXTENSIONS_DIR`` (only our children set it) or on a torch without
     ``no_implicit_headers``; ``KERNELCOURT_LITE=0`` and ``KERNELCOURT_SPLIT=0`` turn off one path each."""
     if not os.environ.get("TORCH_EXTENSIONS_DIR"):
@@ -48,15 +48,15 @@ def install() -> bool:
     def load_inline(*args: Any, **kwargs: Any) -> Any:
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        for lite in litebuild.plans(dict(bound.arguments)):
+        for lite in light.plans(dict(bound.arguments)):
             try:
-                module = litebuild.load(lite, original)
+                module = light.load(lite, original)
                 steps = ", ".join(f"{k[:-2]} {v:.2f} s" for k, v in module.__kernelcourt_steps__.items())
                 note(f"{bound.arguments['name']}: {lite.kind} build ({steps})")
                 return module
             except Exception as exc:  # noqa: BLE001 - a failed light build falls back to the next build
                 fell_back(lite.marker, str(bound.arguments["name"]), exc)
-        plan = splitbuild.plan(dict(bound.arguments))
+        plan = split.plan(dict(bound.arguments))
         if plan is None:
             note(f"{bound.arguments['name']}: plain build")
             return original(*args, **kwargs)

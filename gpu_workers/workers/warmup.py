@@ -33,16 +33,19 @@ def warm_up(device: str, gpu_index: int | None = None, references: int = 0,
     worker with EVAL_GPUS); each is probed and gets its reference children, so the first evaluation
     sent to the second GPU waits no more than one sent to the first. Default: ``gpu_index`` alone.
     Raises RuntimeError when a step fails."""
-    from . import build, buildcache, refpool
-    from .hardware import hardware_info
-    from .schema import EvalRequest
+    from ..build.compile import BuildContext, child_env, compile_in_child
+    from ..build.pch import pch_dir, pch_enabled
+    from ..build.toolchain import cache_root, extension_dir
+    from ..hardware import cuda_arch_list, hardware_info
+    from ..sandbox import refpool
+    from ..schema import EvalRequest
 
     indices: list[int | None] = list(gpus) if device == "cuda" and gpus else [gpu_index]
     steps: dict[str, float] = {}
-    pch = buildcache.pch_enabled()
+    pch = pch_enabled()
     if pch:  # built on threads meanwhile: they and the bridge are each one compiler on one core
-        build.pch_dir(build.cache_root(), device, wait=False)
-        build.pch_dir(build.cache_root(), device, wait=False, kind="lite")
+        pch_dir(cache_root(), device, wait=False)
+        pch_dir(cache_root(), device, wait=False, kind="lite")
     started = time.monotonic()
     with cf.ThreadPoolExecutor(len(indices)) as executor:  # each probe is a process of its own: together
         hardwares = list(executor.map(lambda index: hardware_info(device, index), indices))
@@ -52,8 +55,8 @@ def warm_up(device: str, gpu_index: int | None = None, references: int = 0,
                             compile_timeout_s=900.0) for index in indices]
     request, hardware = requests[0], hardwares[0]  # one build serves every GPU of the kind
     # a build folder of its own, as a candidate's build has: the child then loads (or builds) the bridge
-    folder = build.extension_dir(WARM_UP_SOURCE, device, build.cuda_arch_list(hardware))
-    outcome = build.compile_in_child(request, hardware, build.BuildContext(folder, None))
+    folder = extension_dir(WARM_UP_SOURCE, device, cuda_arch_list(hardware))
+    outcome = compile_in_child(request, hardware, BuildContext(folder, None))
     if outcome.ms is None:
         raise RuntimeError(f"the warm-up compile child failed:\n{outcome.log[-4000:]}")
     steps["compile_child"] = time.monotonic() - mark
@@ -62,7 +65,7 @@ def warm_up(device: str, gpu_index: int | None = None, references: int = 0,
 
         def prestart(pair: tuple[EvalRequest, dict[str, Any]]) -> int:
             # the child sees its one GPU (CUDA_VISIBLE_DEVICES) as cuda:0
-            return refpool.prestart(build.child_env(pair[0], pair[1], None, hide_gpu=False),
+            return refpool.prestart(child_env(pair[0], pair[1], None, hide_gpu=False),
                                     pair[0].memory_limit_mb, references, "cuda:0" if device == "cuda" else "cpu",
                                     pair[1])
 
@@ -71,8 +74,8 @@ def warm_up(device: str, gpu_index: int | None = None, references: int = 0,
         steps["references"] = time.monotonic() - mark
     if pch:  # the headers (once per toolchain): what is left of their builds
         mark = time.monotonic()
-        build.pch_dir(build.cache_root(), device, kind="lite")
-        build.pch_dir(build.cache_root(), device)
+        pch_dir(cache_root(), device, kind="lite")
+        pch_dir(cache_root(), device)
         steps["pch"] = time.monotonic() - mark
     return steps
 

@@ -1,0 +1,215 @@
+"""The ``candidate`` role: binds the judge's functions, then imports the candidate, runs the trials
+under the guards, times it, and streams raw observations to the parent, which alone gives the
+verdict."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from .harden import confine_candidate_code
+from .runtime import device_for, fresh_copy, make_inputs, prepare_torch, secret_reseed, timing_switches
+from .sender import Sender, is_build_error, short_traceback
+
+
+def role_candidate(setup: dict[str, Any], send: Sender) -> None:
+    # Everything the judge calls is bound by these imports, before the candidate's code runs.
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from ..build import inline
+    from ..tasks import exec_source, load_task_module
+    from . import measure, timing
+    from .guard import install as install_guard
+
+    device = device_for(setup)
+    # After the CUDA context exists (CUDA's initialisation fails under the confinement: see
+    # bench/confine_cuda.py), before any candidate code: the driver's own threads stay unconfined.
+    confine_candidate_code(setup["kernel_source"])
+    prepare_torch(setup)
+    measure.tune_cpu_heap()
+    low_precision = {torch.float16, torch.bfloat16, getattr(torch, "float8_e4m3fn", torch.float16),
+                     getattr(torch, "float8_e5m2", torch.float16)}
+
+    class OpTracer(TorchDispatchMode):
+        """Records every ATen op that reaches the dispatcher inside forward."""
+
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            # Else torch wraps __torch_dispatch__ in _disable_dynamo, whose first call imports
+            # torch._dynamo (sympy's import reads frames, which the guard refuses in candidate code,
+            # and it costs over a second per child). This is torch's behaviour before that wrapper.
+            return False
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: dict[str, int] = {}
+            self.downcasts: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            packet = func.overloadpacket
+            namespace = getattr(func, "namespace", "aten")
+            name = f"{namespace}::{packet.__name__}"
+            self.ops[name] = self.ops.get(name, 0) + 1
+            if packet.__name__ in ("_to_copy", "to") and kwargs.get("dtype") in low_precision:
+                self.downcasts.append(f"{name} -> {kwargs.get('dtype')}")
+            return func(*args, **kwargs)
+
+    trace_enabled = bool(setup.get("trace_ops", True))
+    # The inputs, from the secret seeds, before any candidate code exists in this process.
+    task = load_task_module(setup["task_source"], setup.get("profile"))
+    seeds = setup["seeds"]
+    trial_inputs = [make_inputs(task, seed, device) for _, seed in seeds["trials"]]
+    rotation_inputs = [make_inputs(task, seed, device) for seed in seeds["rotations"]]
+    after_inputs = make_inputs(task, seeds["after"], device)
+    sys.modules.pop("kernelcourt_task", None)
+    del task
+    measure.synchronize(device)
+    send.pause("prepared")
+    held: list[list[Any]] = []
+
+    def fresh(values: list[Any]) -> list[Any]:
+        """A private copy for one use, kept alive to the end: no two uses share an address, so a
+        cache keyed on data pointers sees every input as new (and is caught by the timing checks)."""
+        copy = fresh_copy(values, device)
+        held.append(copy)
+        return copy
+
+    inline.install()  # the same sources as the compile phase built: the build is found, not redone
+    secret_reseed()
+    measure.watch_modules("gpu_workers")
+    guard = install_guard()
+
+    def describe(exc: BaseException) -> str:
+        with guard.exempt():  # formatting a traceback reads frames
+            return short_traceback(exc)
+
+    # 1. import and construct
+    try:
+        module = exec_source(setup["kernel_source"], "kernelcourt_candidate", "<kernel>")
+        model_cls = module.ModelNew
+        measure.synchronize(device)  # whatever the import queued: nothing is left on the GPU at the pause
+    except BaseException as exc:  # noqa: BLE001
+        send("error", where="import", build_error=is_build_error(exc), error=describe(exc))
+        return
+    send.pause("imported")
+    patched: set[str] = set(measure.patched_attributes())
+
+    def build(config: int):
+        with guard.exempt():  # torch.manual_seed records a stack (frames) for lazy CUDA seeding
+            torch.manual_seed(setup["init_seeds"][config])
+        model = model_cls(*setup["init_inputs"])
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"ModelNew(...) returned a {type(model).__name__}, not an nn.Module")
+        state = setup["state_dicts"][config]
+        own = model.state_dict()
+        shared = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
+        if shared:
+            model.load_state_dict(shared, strict=False)
+        return model.to(device).eval()
+
+    try:
+        models = {config: build(config) for config in sorted({t["config"] for t in setup["trials"]} | {0})}
+        measure.synchronize(device)
+    except BaseException as exc:  # noqa: BLE001
+        send("error", where="construct", build_error=False, error=describe(exc))
+        return
+    send.pause("built")
+    with guard.exempt():
+        secret_reseed()
+    poisoner = measure.Poisoner(device, int(setup.get("poison_bytes", 1 << 20)))
+
+    # 2. warm-up outside every check (lazy library initialisation is not a hack), on inputs the
+    # candidate sees anyway (trial 1's), never on the timing inputs; then no new processes.
+    try:
+        with torch.no_grad():
+            models[0](*fresh(trial_inputs[0]))
+        measure.synchronize(device)
+    except BaseException as exc:  # noqa: BLE001
+        send("error", where="forward", build_error=False, error=describe(exc))
+        return
+    guard.seal()
+    send.pause("ready", patched=sorted(patched | set(measure.patched_attributes())))
+
+    def guarded(model, inputs: list[Any], trace: bool) -> dict[str, Any]:
+        poisoner.poison()
+        threads_before = measure.thread_count()
+        kids_before = measure.child_pids()
+        inputs_before = measure.snapshot(inputs)
+        tracer = OpTracer() if trace else None
+        with torch.no_grad():
+            if tracer is not None:
+                with tracer:
+                    out = model(*inputs)
+            else:
+                out = model(*inputs)
+        measure.synchronize(device)
+        leaves = measure.flatten(out)
+        kinds = []
+        for leaf in leaves:  # exact type and real storage, before anything else touches the output
+            if type(leaf) is not torch.Tensor:
+                kinds.append(f"{type(leaf).__module__}.{type(leaf).__qualname__}")
+            elif leaf.is_meta or leaf.device.type != device.type:
+                kinds.append(f"tensor on {leaf.device}")
+            elif not measure.has_storage(leaf):
+                kinds.append("tensor without materialised storage")
+            else:
+                kinds.append("tensor")
+        first = measure.snapshot(leaves)
+        mutated = not measure.same_values(measure.snapshot(inputs), inputs_before)
+        measure._sleep(float(setup.get("settle_s", 0.02)))
+        measure.synchronize(device)
+        later = measure.snapshot(leaves)
+        changed = not measure.same_values(later, first)
+        return {
+            "outputs": measure.to_cpu(first),
+            "kinds": kinds,
+            "input_mutated": mutated,
+            "changed_after_return": changed,
+            "new_threads": measure.thread_count() - threads_before,
+            "new_processes": len(measure.child_pids() - kids_before),
+            "ops": dict(tracer.ops) if tracer else {},
+            "downcasts": list(tracer.downcasts) if tracer else [],
+        }
+
+    # 3. correctness trials, each on fresh secret inputs, candidate first (the reference ran elsewhere)
+    for index, trial in enumerate(setup["trials"]):
+        try:
+            observed = guarded(models[trial["config"]], fresh(trial_inputs[index]), trace_enabled)
+        except BaseException as exc:  # noqa: BLE001
+            send("error", where=f"trial {index}", build_error=False, error=describe(exc))
+            return
+        send.pause("trial", index=index, **observed)  # guarded() synchronised the device
+    patched |= set(measure.patched_attributes())
+
+    # 4. timing: new values in the same buffers every iteration; outputs kept for the parent
+    rotations = [fresh(r) for r in rotation_inputs]
+    buffers = fresh(rotation_inputs[0])
+    model = models[0]
+    try:
+        send.gpu_alone()
+        send("timing_begin")
+        with torch.no_grad():
+            stats = timing.time_callable(model, buffers, rotations, device,
+                                          budget_s=float(setup["timing_budget_s"]),
+                                          max_iters=int(setup.get("max_iters", 1000)),
+                                          warmup_inputs=fresh(trial_inputs[0]), **timing_switches(setup))
+    except BaseException as exc:  # noqa: BLE001
+        send("error", where="timing", build_error=False, error=describe(exc))
+        return
+    kept = stats.pop("kept_outputs")
+    send.pause("timing_end", stats=stats)  # small and at once: the parent's wall clock stops here
+    send.pause("timing_outputs", kept_outputs=[measure.to_cpu(k) for k in kept])
+    patched |= set(measure.patched_attributes())
+
+    # 5. after timing: a fresh input, then trial 0 again (determinism, poisoned in between)
+    try:
+        after = guarded(model, fresh(after_inputs), False)
+        again = guarded(models[setup["trials"][0]["config"]], fresh(trial_inputs[0]), False)
+    except BaseException as exc:  # noqa: BLE001
+        send("error", where="after timing", build_error=False, error=describe(exc))
+        return
+    patched |= set(measure.patched_attributes())
+    send.pause("after", after=after, again=again)  # guarded() synchronised the device
+    send("done", patched=sorted(patched), blocked=guard.violations)

@@ -1,0 +1,66 @@
+"""What the reference and the candidate roles both do with torch: the device, the thread settings,
+inputs from secret seeds, private copies and reseeding."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def device_for(setup: dict[str, Any]):
+    import torch
+
+    device = torch.device(setup["device"])
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        torch.empty(1, device=device)  # create the context before anything else
+    return device
+
+
+def prepare_torch(setup: dict[str, Any]) -> None:
+    import torch
+
+    torch.set_num_threads(int(setup.get("threads", 1)))
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.randn(1 << 18).sum()  # start the intra-op thread pool before any counting
+
+
+def timing_switches(setup: dict[str, Any]) -> dict[str, Any]:
+    return {"settle_within": float(setup.get("settle_within", 0.01)), "spin_waits": bool(setup.get("spin_waits", True)),
+            "cpus": [int(c) for c in setup.get("cpus") or ()] or None, "e2e_rotations": int(setup.get("e2e_rotations", 0))}
+
+
+def fresh_copy(values: list[Any], device) -> list[Any]:
+    """A private copy for one use: a model may write into its inputs."""
+    import torch
+
+    return [v.to(device, copy=True) if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def make_inputs(task, seed: int, device) -> list[Any]:
+    """One input set from a secret seed, made on the task's device. The reference and the
+    candidate's judge both call this (the judge before any candidate code runs), so both sides hold
+    the same values without shipping gigabytes through the parent."""
+    import torch
+
+    torch.manual_seed(seed)
+    with device:  # factory functions in get_inputs() allocate on the task's device (fast on a GPU)
+        values = task.get_inputs()
+    return [v.detach() if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def secret_reseed() -> None:
+    import random
+
+    import torch
+
+    seed = int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1)
+    torch.manual_seed(seed)
+    random.seed(os.urandom(16))
+    try:
+        import numpy
+
+        numpy.random.seed(int.from_bytes(os.urandom(4), "little"))
+    except ImportError:
+        pass
