@@ -185,6 +185,9 @@ class Evidence:
     blocked: list[str] = field(default_factory=list)
     timing_wall_ms: float | None = None
     timing_descheduled_ms: float | None = None  # of that wall time, the timing thread waiting for a CPU
+    # Processes of the candidate's tree (besides the child) found running at a message: (step, pids),
+    # the first such step only; counted by the parent at every message, from import to exit.
+    strays: list[Any] = field(default_factory=list)
 
 
 def library_ops(ops: dict[str, int], allowed: list[str]) -> dict[str, int]:

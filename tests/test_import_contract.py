@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Only these may be imported by a module of gpu_workers/child/ (the room itself aside).
 CHILD_MAY_IMPORT = {
     "gpu_workers.sandbox.wire",
+    "gpu_workers.build.baton",
     "gpu_workers.build.inline",
     "gpu_workers.build.light",
     "gpu_workers.build.split",

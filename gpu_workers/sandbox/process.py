@@ -118,6 +118,10 @@ class Child:
     log_fd: int = -1  # the log, open for reading: its keeper removes the folder once the child has ended
     mac_key: bytes | None = None  # set: every message from the child must carry a valid HMAC
     log_offset: int = 0  # log_tail shows only what came after it (a reference child serves many evaluations)
+    # Set: while waiting for a message, its tree is counted too (every 0.1 s), and the first
+    # processes found running beside the child are kept in strays_seen.
+    watch_strays: bool = False
+    strays_seen: list[int] = field(default_factory=list)
     _buffer: bytearray = field(default_factory=bytearray)
     _eof: bool = False
     _closed: bool = False
@@ -153,9 +157,11 @@ class Child:
         if deadline - now <= 0:
             raise ChildError("timeout", f"no answer from the {self.role} process in time")
         ready, _, _ = select.select([self.from_child], [], [], min(deadline - now, 0.25))
-        if self.memory_limit_bytes and now >= next_rss_check[0]:
+        if (self.memory_limit_bytes or self.watch_strays) and now >= next_rss_check[0]:
             next_rss_check[0] = now + 0.1  # /proc reads are not free: not once per chunk of a large message
-            if rss_bytes(self.proc.pid) > self.memory_limit_bytes:
+            if self.watch_strays and not self.strays_seen:
+                self.strays_seen = self.strays()
+            if self.memory_limit_bytes and rss_bytes(self.proc.pid) > self.memory_limit_bytes:
                 raise ChildError("memory", f"the {self.role} process exceeded the memory limit "
                                            f"of {self.memory_limit_bytes >> 20} MiB")
         return bool(ready)
