@@ -63,6 +63,20 @@ class LiveBaton:
             self.fd = fd
             return True
 
+    def held(self) -> bool:
+        """Whether a live process holds the baton now (a file left by a dead one is not held)."""
+        try:
+            fd = os.open(self.lock_file_path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+
     def try_acquire(self) -> bool:
         """Take the baton: at once when it is free or its holder is dead, else once its live holder
         has released it. Always True in the end, so torch then runs the build itself (ninja finds

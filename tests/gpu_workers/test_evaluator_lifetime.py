@@ -135,7 +135,7 @@ def _request(kernel: str, **fields) -> EvalRequest:
 def test_a_candidate_spinning_in_forward_is_killed_at_its_bound_and_its_neighbour_passes(tmp_path, monkeypatch):
     # given a 2-worker pool, a stretch floor well below the run's time limit, and the children's
     # folders where the test can see them
-    monkeypatch.setenv("KERNELCOURT_GPU_HOLD_FLOOR_S", "8")
+    monkeypatch.setenv("KERNELCOURT_GPU_HOLD_FLOOR_S", "20")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     hostile_request = _request(SPINNER)
     with LocalPool(workers=2) as pool:
