@@ -13,6 +13,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from .reward import compute_reward, resolve_reward_config
 from .rules import default_rule_set, make_finding, static_scan, validate_rule_set
 from .sandbox import process as sandbox
 from .sandbox import refpool
-from .sandbox.gpuslot import GpuSlot, SlotUse, gpu_slot
+from .sandbox.gpuslot import GpuSlot, SlotUse, gpu_slot, hold_bound
 from .schema import EvalRequest, EvalResult, Finding
 from .settings import EvaluatorSettings, current
 from .tasks import KernelFileError, validate_kernel_source, validate_task_source
@@ -245,14 +246,18 @@ def _reference_messages(request: EvalRequest, hardware: dict[str, Any], profile:
     """The reference child's messages, in order: pause points, its outputs, then each baseline's timing."""
     deadline = time.monotonic() + request.run_timeout_s
     message = child.recv(deadline)
+    went, trial_s = time.monotonic(), 0.0  # the reference's slowest trial: what bounds the candidate's stretches
     while message.get("phase") == "checkpoint":  # a pause point: a waiting timing goes first
         step = f"reference: {message.get('step')}"
         timeline.mark(step)
+        if message.get("step") == "trial":
+            trial_s = max(trial_s, time.monotonic() - went)
         if message.get("step") == "outputs":  # the large message that follows is CPU work alone
             gpu.release(step)
         else:
             deadline += gpu.pause_point(step)
         child.signal()
+        went = time.monotonic()
         message = child.recv(deadline)
     timeline.mark(f"reference: {message.get('phase')}")
     if message.get("phase") == "error":
@@ -261,6 +266,7 @@ def _reference_messages(request: EvalRequest, hardware: dict[str, Any], profile:
     deadline += gpu.shared()  # before the child's next GPU work (it waits for the go)
     child.signal()
     reference = message
+    reference["trial_s"] = trial_s
     if flops_cached is not None:
         reference["flops"] = flops_cached
     elif reference.get("flops") is not None:
@@ -313,12 +319,34 @@ def _spawn_candidate(request: EvalRequest, hardware: dict[str, Any], build: Buil
                      limits: dict[str, int]) -> sandbox.Child:
     """Started at the beginning of the evaluation: it imports torch while the compile and the
     reference run, then waits for its setup (no candidate code runs before that)."""
-    child = sandbox.spawn("candidate", env_extra=child_env(request, hardware, build, hide_gpu=False),
-                          memory_limit_mb=limits["spawn"], address_space_limit=request.device == "cpu")
+    # torch.compile inside the candidate compiles in its own process: no pool of compile workers that
+    # would outlive the warm-up (processes are counted from import to exit)
+    env = {**child_env(request, hardware, build, hide_gpu=False), "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    child = sandbox.spawn("candidate", env_extra=env, memory_limit_mb=limits["spawn"],
+                          address_space_limit=request.device == "cpu")
     # the watchdog follows the task's own bytes; the address space (CPU) keeps room for torch's own
     # reservations (thread stacks, inductor's compilers), which resident memory never shows
     child.memory_limit_bytes = limits["rss"] << 20
     return child
+
+
+def _stretch_bounds(request: EvalRequest, reference: dict[str, Any], compile_deferred: bool,
+                    floor_s: float) -> dict[str, float]:
+    """How long each stretch of the candidate may hold the GPU, by the message that ends it (see
+    ``gpuslot.hold_bound``): the judge's inputs, the import (a deferred build too), the models, the
+    warm-up call, each trial, the timing's inputs, the timing (its budget besides), the kept
+    outputs' copy, the two calls after timing, the end."""
+    ref_s = float(reference.get("trial_s") or 0.0)
+
+    bound = partial(hold_bound, floor_s=floor_s)
+    rotations = rotations_for(request.device)
+    return {"prepared": bound(ref_s, request.trials + rotations + 1),
+            "imported": bound(ref_s, extra_s=request.compile_timeout_s if compile_deferred else 0.0),
+            "built": bound(ref_s, INIT_CONFIGS), "ready": bound(ref_s), "trial": bound(ref_s),
+            "want_gpu": bound(ref_s, rotations),
+            "timing_end": bound(ref_s, 2 + rotations + 5, extra_s=request.timing_budget_s),
+            "timing_outputs": bound(ref_s, rotations), "after": bound(ref_s, 2),
+            "done": bound(ref_s)}
 
 
 def _warm_candidate(request: EvalRequest, hardware: dict[str, Any], child: sandbox.Child, slot: SlotUse,
@@ -372,6 +400,7 @@ def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, 
     max_bytes = 64 * (out_bytes + (1 << 20)) * (request.trials + rotations_for(request.device) + 4)
     child.mac_key = setup["mac_key"] = secrets.token_bytes(32)
     evidence = judge.Evidence()
+    bounds = _stretch_bounds(request, reference, compile_deferred, settings.gpu_hold_floor_s)
     with child, gpu_slot(hardware, slot) as gpu:
         timeline.mark("candidate: slot")
         child.send(setup)
@@ -381,12 +410,40 @@ def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, 
                     + ["want_gpu", "timing_begin", "timing_end", "timing_outputs", "after", "done"])
         received = 0
         span: _TimedSpan | None = None
+        # the stretch in progress: the step after which it began, and when it must have ended
+        stretch = {"after": "setup", "ends": "prepared", "by": time.monotonic() + bounds["prepared"]}
+
+        def went(after: str) -> None:  # the child has its go: a new stretch begins
+            following = expected[received] if received < len(expected) else "done"
+            following = "timing_end" if following == "timing_begin" else following
+            stretch.update(after=after, ends=following, by=time.monotonic() + bounds.get(following, bounds["done"]))
+
         try:
             while True:
-                message = child.recv(deadline, max_bytes=max_bytes)
+                try:
+                    message = child.recv(min(deadline, stretch["by"]), max_bytes=max_bytes)
+                except sandbox.ChildError as exc:
+                    if exc.kind != "timeout" or stretch["by"] >= deadline:
+                        raise
+                    child.kill()  # before the GPU is let go: nothing of it may run beside a timing
+                    bound = bounds.get(stretch["ends"], bounds["done"])
+                    slot.overrun = {"after": stretch["after"], "ends": stretch["ends"], "bound_s": round(bound, 3),
+                                    "alone": stretch["ends"] == "timing_end"}
+                    raise PhaseFailure("timeout", f"the candidate held the GPU for more than {bound:.0f} s after "
+                                       f"{stretch['after']!r} without reaching its next pause point "
+                                       f"({stretch['ends']!r}): killed, and the GPU given to the others",
+                                       child.log_tail()) from None
                 received += 1
                 phase = message.get("phase")
                 timeline.mark(f"candidate: {phase}")
+                # Processes beside the child: none may be running at any message (the builds of its
+                # import and construction are over by then), nor, after the warm-up, in between.
+                if not evidence.strays:
+                    if child.strays_seen:
+                        evidence.strays = [f"the stretch before {phase}", child.strays_seen]
+                    elif strays := child.strays():
+                        evidence.strays = [phase, strays]
+                child.watch_strays = child.watch_strays or phase == "ready"
                 if phase == "error":
                     where = message.get("where", "")
                     log = (child.log_tail() + "\n" + str(message.get("error", "")))[-8000:]
@@ -414,6 +471,7 @@ def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, 
                     evidence.trials.append(message)
                 elif phase == "want_gpu":
                     deadline += _grant_alone(gpu, child, timeline, "candidate")
+                    went(phase)
                 elif phase == "timing_begin":
                     span = _TimedSpan(child)
                 elif phase == "timing_end":
@@ -437,6 +495,7 @@ def _candidate(request: EvalRequest, child: sandbox.Child, reference: dict[str, 
                 if phase in _PAUSE_POINTS:  # the child waits for our go; a waiting timing goes first
                     deadline += gpu.pause_point(f"candidate: {phase}")
                     child.signal()
+                    went(phase)
             code = child.proc.wait(timeout=30)
             gpu.release("candidate: exit")  # the process and its CUDA context are gone (if still held)
             extra = child.pending_bytes(wait=0.2)
@@ -479,6 +538,10 @@ def _judge(request: EvalRequest, rule_set: dict[str, Any], hardware: dict[str, A
     findings.extend(judge.guard_findings(rule_set, observations))
     findings.extend(judge.watch_findings(rule_set, evidence.watch))
     findings.extend(judge.linkage_findings(rule_set, evidence.objects))
+    if evidence.strays:  # counted from import to exit, not only around the trials' calls
+        step, pids = evidence.strays
+        _keep(findings, make_finding(rule_set, "spawned_threads", f"{len(pids)} process(es) the candidate started "
+                                     f"were running beside it at {step!r}"))
     if evidence.patched:
         f = make_finding(rule_set, "patched_measurement", ", ".join(sorted(set(evidence.patched))[:8]))
         _keep(findings, f)

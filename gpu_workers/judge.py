@@ -203,6 +203,9 @@ def fingerprint_mismatch(got: list[list[float] | None], want: list[list[float] |
             if not math.isfinite(gi) or abs(gi - wi) > bi:
                 return f"output {k}'s projection is {gi:.6g}, the reference's {wi:.6g} (bound ±{bi:.3g})"
     return None
+    # Processes of the candidate's tree (besides the child) found running at a message: (step, pids),
+    # the first such step only; counted by the parent at every message, from import to exit.
+    strays: list[Any] = field(default_factory=list)
 
 
 def library_ops(ops: dict[str, int], allowed: list[str]) -> dict[str, int]:

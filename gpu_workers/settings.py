@@ -42,6 +42,7 @@ class EvaluatorSettings:
     lite: bool = True
     split: bool = True
     pch: bool = True
+    gpu_hold_floor_s: float = 60.0
 
     def __post_init__(self) -> None:
         checks = {
@@ -54,6 +55,7 @@ class EvaluatorSettings:
             "timing_cpus": self.timing_cpus in TIMING_CPUS,
             "settle_within": 0.0 <= self.settle_within <= 0.5,
             "cache_dir": bool(self.cache_dir),
+            "gpu_hold_floor_s": self.gpu_hold_floor_s >= 0.1,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHILD_MAY_IMPORT = {
     "gpu_workers.settings",
     "gpu_workers.sandbox.wire",
+    "gpu_workers.build.baton",
     "gpu_workers.build.inline",
     "gpu_workers.build.light",
     "gpu_workers.build.split",

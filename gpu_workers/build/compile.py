@@ -3,7 +3,7 @@
 Compiling is CPU work and is pooled apart from GPU work: the candidate's module is imported in a
 child with the GPU hidden, so ``load_inline`` builds into a content-addressed folder (source hash +
 toolchain + architecture) that the run phase then loads from. Concurrent builds of the same source
-share the folder safely (torch's own file lock); different sources never collide.
+share the folder safely (torch's baton, held on a live lock: ``baton``); different sources never collide.
 """
 
 from __future__ import annotations
@@ -100,41 +100,19 @@ class CompileOutcome:
     cpu_s: float | None = None  # the compile child's CPU seconds, its compilers' included
 
 
-STALE_BATON_S = 120.0
-
-
-def clear_stale_batons(ext_dir: Path) -> list[Path]:
-    """Remove torch's build batons (``<build dir>/lock``) that a killed process left behind.
-
-    torch's ``load_inline`` waits, without a limit, for a ``lock`` file to disappear; a worker killed
-    mid-build would leave every later evaluation of that source waiting until its time limit. Called
-    with the folder's build lock held (no compile of this source is running); a baton older than
-    STALE_BATON_S cannot belong to a run-phase load, which only checks the finished build."""
-    removed = []
-    now = time.time()
-    for baton in ext_dir.rglob("lock"):
-        try:
-            if baton.is_file() and now - baton.stat().st_mtime > STALE_BATON_S:
-                baton.unlink()
-                removed.append(baton)
-        except OSError:
-            continue
-    return removed
-
-
 def compile_candidate(request: EvalRequest, hardware: dict[str, Any], build: BuildContext) -> CompileOutcome:
     """Build the candidate's extensions with the GPU hidden; raises PhaseFailure on a build error.
 
     One compile per source folder at a time (an ``flock`` the kernel drops if we die): a concurrent
-    evaluation of the same source waits, then finds the build done."""
+    evaluation of the same source waits, then finds the build done. Nothing a dead process left
+    holds a build back: the children's builds take torch's batons on live locks (``build.baton``)."""
     if build.ext_dir is None:
         return CompileOutcome(None, False, "")
     asked = time.monotonic()
     with open(build.ext_dir / ".ka-build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         locked = time.monotonic()
-        removed = clear_stale_batons(build.ext_dir)
-        note = "".join(f"[judge] removed a stale build lock left by a killed process: {p}\n" for p in removed)
+        note = ""  # torch's own batons inside are held on live locks too (build.baton)
         done_marker = build.ext_dir / "compiled.ok"  # the folder is this exact source's: built once is built
         if done_marker.exists():
             return CompileOutcome(0.0, False, note + "[judge] built earlier from the same source and toolchain")

@@ -16,14 +16,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import light, split
+from . import baton, light, split
 
 
 def install() -> bool:
     """Replace ``torch.utils.cpp_extension.load_inline`` in this process (a compile or candidate
     child) with one that tries the light build first (``build.light``), then the split build, then the
     plain one. Off without ``TORCH_EXTENSIONS_DIR`` (only our children set it) or on a torch without
-    ``no_implicit_headers``; ``KERNELCOURT_LITE=0`` and ``KERNELCOURT_SPLIT=0`` turn off one path each."""
+    ``no_implicit_headers``; ``KERNELCOURT_LITE=0`` and ``KERNELCOURT_SPLIT=0`` turn off one path each.
+    Every build in the process takes its folder's baton on a live lock (``build.baton``)."""
+    baton.install()
     if not os.environ.get("TORCH_EXTENSIONS_DIR"):
         return False
     from torch.utils import cpp_extension

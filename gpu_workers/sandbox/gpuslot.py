@@ -26,6 +26,12 @@ so they hold across threads (each acquisition opens its own descriptors), across
 (several Celery workers on one node) and across Ray actors that see the same GPU under different
 indices. A child is spawned first and receives its setup only once its evaluation holds the lock, so
 no task or candidate code touches the GPU outside it.
+
+No stretch may hold the GPU for long: each stretch of a candidate between pause points, and its
+timing, has a bound (``hold_bound``: the reference's own time for the same work times
+``HOLD_FACTOR``, never less than the settings' ``gpu_hold_floor_s``); past it the parent kills the child (the
+evaluation's status is ``timeout``) and lets the GPU go, so a waiting timer waits at most that long
+for a candidate that never reaches its next pause point.
 """
 
 from __future__ import annotations
@@ -58,6 +64,9 @@ class SlotUse:
     # Each stretch of a shared hold without a pause point, by the step that ended it: a waiting
     # timer waits for the longest stretch in progress, so these say which steps hold timings back.
     stretches: dict[str, list[float]] = field(default_factory=dict)
+    # The stretch that ran past its bound (the child was killed there): the step after which it
+    # began, its bound and whether it held the GPU alone.
+    overrun: dict[str, Any] | None = None
 
     def stretch(self, step: str, seconds: float) -> None:
         self.stretches.setdefault(step, []).append(round(seconds, 3))
@@ -67,7 +76,18 @@ class SlotUse:
                 "exclusive_s": round(self.exclusive_s, 3), "acquisitions": self.acquisitions,
                 "exclusive_acquisitions": self.exclusive_acquisitions, "pauses": self.pauses,
                 "exclusive_wait_s": round(self.exclusive_wait_s, 3),
-                "stretches": {step: list(values) for step, values in self.stretches.items()}}
+                "stretches": {step: list(values) for step, values in self.stretches.items()},
+                "overrun": dict(self.overrun) if self.overrun else None}
+
+
+HOLD_FACTOR = 50.0  # a candidate's stretch may take this many times the reference's time for its work
+
+
+def hold_bound(reference_s: float, calls: int = 1, extra_s: float = 0.0, floor_s: float = 60.0) -> float:
+    """Seconds a stretch of ``calls`` forward calls may hold the GPU: ``HOLD_FACTOR`` times the
+    reference's time for one (its slowest correctness trial, fp32 and fp64 forwards and the copies
+    to the CPU), at least the floor, plus ``extra_s`` (a timing's budget, a deferred build)."""
+    return max(floor_s, HOLD_FACTOR * max(reference_s, 0.0) * calls) + extra_s
 
 
 def shared_max() -> int:

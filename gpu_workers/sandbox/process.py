@@ -4,7 +4,9 @@ Every phase that runs task or candidate code runs in a fresh ``python -m gpu_wor
 process with its own working directory and a scrubbed environment. Messages travel over a pair of
 private pipes as length-prefixed ``torch.save`` payloads, read back with ``weights_only=True`` (so a
 hostile child can send tensors and plain data, never code). The child's stdout and stderr go to a
-log file that is only ever shown, never parsed.
+log file that is only ever shown, never parsed. Every child has a keeper (``keeper``): the subreaper
+of whatever the child starts, which ends the child's whole tree and removes its folder before the
+child's exit status reaches us.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 import hmac
 import os
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import wire
+from . import keeper, wire
 from .wire import write_all
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -114,8 +115,13 @@ class Child:
     log_path: Path
     memory_limit_bytes: int
     owns_workdir: bool = True
+    log_fd: int = -1  # the log, open for reading: its keeper removes the folder once the child has ended
     mac_key: bytes | None = None  # set: every message from the child must carry a valid HMAC
     log_offset: int = 0  # log_tail shows only what came after it (a reference child serves many evaluations)
+    # Set: while waiting for a message, its tree is counted too (every 0.1 s), and the first
+    # processes found running beside the child are kept in strays_seen.
+    watch_strays: bool = False
+    strays_seen: list[int] = field(default_factory=list)
     _buffer: bytearray = field(default_factory=bytearray)
     _eof: bool = False
     _closed: bool = False
@@ -151,9 +157,11 @@ class Child:
         if deadline - now <= 0:
             raise ChildError("timeout", f"no answer from the {self.role} process in time")
         ready, _, _ = select.select([self.from_child], [], [], min(deadline - now, 0.25))
-        if self.memory_limit_bytes and now >= next_rss_check[0]:
+        if (self.memory_limit_bytes or self.watch_strays) and now >= next_rss_check[0]:
             next_rss_check[0] = now + 0.1  # /proc reads are not free: not once per chunk of a large message
-            if rss_bytes(self.proc.pid) > self.memory_limit_bytes:
+            if self.watch_strays and not self.strays_seen:
+                self.strays_seen = self.strays()
+            if self.memory_limit_bytes and rss_bytes(self.proc.pid) > self.memory_limit_bytes:
                 raise ChildError("memory", f"the {self.role} process exceeded the memory limit "
                                            f"of {self.memory_limit_bytes >> 20} MiB")
         return bool(ready)
@@ -259,25 +267,46 @@ class Child:
     def start_log_here(self) -> None:
         """From now on the log shows only what comes next (the earlier evaluation's lines are not this one's)."""
         try:
-            self.log_offset = self.log_path.stat().st_size
+            self.log_offset = os.fstat(self.log_fd).st_size if self.log_fd >= 0 else self.log_path.stat().st_size
         except OSError:
             self.log_offset = 0
 
-    def log_tail(self, limit: int = 8000) -> str:
-        try:
+    def _read_log(self) -> bytes:
+        if self.log_fd < 0:
             with open(self.log_path, "rb") as handle:
                 handle.seek(self.log_offset)
-                data = handle.read()
+                return handle.read()
+        parts, offset = [], self.log_offset
+        while chunk := os.pread(self.log_fd, 1 << 20, offset):
+            parts.append(chunk)
+            offset += len(chunk)
+        return b"".join(parts)
+
+    def strays(self) -> list[int]:
+        """Running processes of this child's tree besides the child (what candidate code started and
+        left running: its descendants, and orphans its keeper adopted)."""
+        keeper_pid = getattr(self.proc, "keeper", None)
+        if keeper_pid is None:
+            return sorted(p for p in keeper.descendants(self.proc.pid) if keeper.running(p))
+        return keeper.strays(keeper_pid, self.proc.pid)
+
+    def log_tail(self, limit: int = 8000) -> str:
+        try:
+            data = self._read_log()
         except OSError:
             return ""
         text = data[-limit:].decode("utf-8", errors="replace")
         return ("…" + text) if len(data) > limit else text
 
     def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        """Kill the child and its group; its keeper then ends the rest of its tree before the child's
+        exit status comes back (so, once ``wait`` returns, nothing of it runs)."""
+        if self.proc.poll() is None:  # once reaped, its pid may be another process's
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(self.proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -294,13 +323,13 @@ class Child:
         except subprocess.TimeoutExpired:
             code = None
         self.kill()  # also reaps anything the child left behind in its group
-        for fd in (self.to_child, self.from_child):
+        for fd in (self.to_child, self.from_child, self.log_fd):
             try:
                 os.close(fd)
             except OSError:
                 pass
-        if self.owns_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.owns_workdir:  # its keeper removed it already, unless candidate code killed the keeper
+            keeper.remove_tree(self.workdir)
         return code
 
     def __enter__(self) -> Child:
@@ -310,7 +339,50 @@ class Child:
         self.close(wait_s=0.5 if exc[0] else 10.0)
 
 
-def _fork(role: str, env: dict[str, str], workdir: Path, fds: tuple[int, int, int]) -> Any:
+class KeptProcess:
+    """The parts of ``subprocess.Popen`` the sandbox uses, for a child started with ``python -m``
+    under its keeper (itself a ``python -m`` process): ``pid`` is the child's, the status the
+    keeper's, which mirrors the child's once its whole tree has ended."""
+
+    def __init__(self, keeper_proc: subprocess.Popen, pid: int):
+        self._keeper = keeper_proc
+        self.pid = pid
+        self.keeper = keeper_proc.pid
+        self.args = keeper_proc.args
+
+    @property
+    def returncode(self) -> int | None:
+        return self._keeper.returncode
+
+    def poll(self) -> int | None:
+        return self._keeper.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self._keeper.wait(timeout=timeout)
+
+
+def _start(role: str, env: dict[str, str], workdir: Path, fds: tuple[int, int], log: Any, remove: bool) -> Any:
+    """A child started with ``python -m`` under a keeper started with ``python -m``."""
+    report_r, report_w = os.pipe()
+    program = [sys.executable, "-s", "-u", "-m", "gpu_workers.child.main", role, str(fds[0]), str(fds[1])]
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-s", "-u", "-m", "gpu_workers.sandbox.keeper", str(report_w),
+             str(workdir) if remove else "", "--", *program],
+            cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            pass_fds=(*fds, report_w), start_new_session=True, close_fds=True,
+        )
+    finally:
+        os.close(report_w)
+    pid = keeper.read_report(report_r)
+    if pid is None:
+        proc.kill()
+        proc.wait()
+        raise ChildError("exited", f"the {role} process's keeper did not start it")
+    return KeptProcess(proc, pid)
+
+
+def _fork(role: str, env: dict[str, str], workdir: Path, fds: tuple[int, int, int], remove: bool) -> Any:
     """The child forked from this worker's zygote (torch already imported), or None: then it is
     started with ``python -m`` (see ``zygote``)."""
     from . import zygote
@@ -319,7 +391,7 @@ def _fork(role: str, env: dict[str, str], workdir: Path, fds: tuple[int, int, in
     if forker is None:
         return None
     try:
-        return forker.fork(role, env, workdir, fds)
+        return forker.fork(role, env, workdir, fds, remove)
     except zygote.ZygoteError as exc:
         print(f"[kernelcourt] {role} child started with python -m: {exc}", file=sys.stderr, flush=True)
         return None
@@ -330,7 +402,7 @@ def spawn(role: str, *, env_extra: dict[str, str] | None = None, memory_limit_mb
     """Start ``gpu_workers.child.main ROLE`` in a new session with private pipes: forked from the zygote,
     or ``python -m``."""
     owns = workdir is None
-    workdir = Path(tempfile.mkdtemp(prefix=f"ka-{role}-")) if workdir is None else workdir
+    workdir = Path(tempfile.mkdtemp(prefix=f"kc-{role}-")) if workdir is None else workdir
     log_path = workdir / f"{role}.log"
     to_child_r, to_child_w = os.pipe()
     from_child_r, from_child_w = os.pipe()
@@ -341,14 +413,21 @@ def spawn(role: str, *, env_extra: dict[str, str] | None = None, memory_limit_mb
     env["HOME"] = str(workdir)
     env["TMPDIR"] = str(workdir)
     env["KA_ADDRESS_LIMIT"] = str(limit if address_space_limit else 0)
-    with open(log_path, "wb") as log:
-        proc = _fork(role, env, workdir, (to_child_r, from_child_w, log.fileno()))
-        if proc is None:
-            proc = subprocess.Popen(
-                [sys.executable, "-s", "-u", "-m", "gpu_workers.child.main", role, str(to_child_r), str(from_child_w)],
-                cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                pass_fds=(to_child_r, from_child_w), start_new_session=True, close_fds=True,
-            )
-    os.close(to_child_r)
-    os.close(from_child_w)
-    return Child(role, proc, to_child_w, from_child_r, workdir, log_path, limit, owns)
+    log_fd = -1
+    try:
+        with open(log_path, "wb") as log:
+            log_fd = os.open(log_path, os.O_RDONLY | os.O_CLOEXEC)
+            proc = _fork(role, env, workdir, (to_child_r, from_child_w, log.fileno()), owns)
+            if proc is None:
+                proc = _start(role, env, workdir, (to_child_r, from_child_w), log, owns)
+    except BaseException:
+        for fd in (to_child_w, from_child_r, log_fd):
+            if fd >= 0:
+                os.close(fd)
+        if owns:
+            keeper.remove_tree(workdir)
+        raise
+    finally:
+        os.close(to_child_r)
+        os.close(from_child_w)
+    return Child(role, proc, to_child_w, from_child_r, workdir, log_path, limit, owns, log_fd=log_fd)

@@ -9,8 +9,10 @@ handed, replaces its whole environment with the one ``sandbox.process`` scrubbed
 ``child.main.main`` exactly as ``python -m gpu_workers.child.main`` would. Each child is still a fresh
 process with its own CUDA context: a crash or a hung kernel in one touches no other.
 
-The zygote is its children's parent: it reaps them and reports each exit status to the worker,
-where ``ForkedProcess`` stands in for ``subprocess.Popen``. It exits when the worker's end of its
+Each child has a keeper between it and the zygote (``keeper``: the subreaper of everything the child
+starts, which ends the child's whole tree before it exits). The zygote reaps the keepers and reports
+each child's exit status to the worker, where ``ForkedProcess`` stands in for ``subprocess.Popen``; it
+is a subreaper too, and kills any process it adopts (the tree of a keeper that candidate code killed). It exits when the worker's end of its
 socket closes (the worker died or shut it down), and its children die with it (they ask for SIGKILL
 when their parent dies). One zygote per worker process (a forked worker starts its own) and per
 import-time environment. If it cannot start, children are started with ``python -m`` and the reason
@@ -24,7 +26,6 @@ import gc
 import json
 import os
 import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -34,6 +35,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from . import keeper
 
 # What the zygote's own imports can depend on: a zygote is kept per set of these values.
 _IMPORT_ENV = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CUDA_HOME", "CUDA_PATH", "OPENBLAS_CORETYPE",
@@ -50,9 +53,10 @@ class ZygoteError(RuntimeError):
 class ForkedProcess:
     """The parts of ``subprocess.Popen`` the sandbox uses, for a child the zygote forked."""
 
-    def __init__(self, zygote: Zygote, pid: int, args: list[str]):
+    def __init__(self, zygote: Zygote, pid: int, args: list[str], keeper: int | None = None):
         self._zygote = zygote
         self.pid = pid
+        self.keeper = keeper  # the child's keeper (see ``keeper``)
         self.args = args
         self.returncode: int | None = None
 
@@ -73,7 +77,7 @@ class ForkedProcess:
 class Zygote:
     def __init__(self, env: dict[str, str]):
         self.owner = os.getpid()
-        self.workdir = Path(tempfile.mkdtemp(prefix="ka-zygote-"))
+        self.workdir = Path(tempfile.mkdtemp(prefix="kc-zygote-"))
         self.log_path = self.workdir / "zygote.log"
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = dict(env, HOME=str(self.workdir), TMPDIR=str(self.workdir), OMP_NUM_THREADS="1",
@@ -131,9 +135,11 @@ class Zygote:
                     self._replies.append(message)
                 self._changed.notify_all()
 
-    def fork(self, role: str, env: dict[str, str], cwd: Path, fds: tuple[int, int, int]) -> ForkedProcess:
-        """Fork a child for ROLE with these pipes (its input, its output) and log, all inherited."""
-        request = json.dumps({"role": role, "env": env, "cwd": str(cwd)}).encode()
+    def fork(self, role: str, env: dict[str, str], cwd: Path, fds: tuple[int, int, int],
+             remove: bool = False) -> ForkedProcess:
+        """Fork a child for ROLE with these pipes (its input, its output) and log, all inherited;
+        with ``remove``, its keeper removes ``cwd`` once the child's tree has ended."""
+        request = json.dumps({"role": role, "env": env, "cwd": str(cwd), "remove": remove}).encode()
         with self._lock:
             if not self.alive:
                 raise ZygoteError("the zygote is not running")
@@ -151,7 +157,7 @@ class Zygote:
                 reply = self._replies.pop(0)
         if "pid" not in reply:
             raise ZygoteError(f"the zygote could not fork: {reply.get('error')}")
-        return ForkedProcess(self, int(reply["pid"]), [role])
+        return ForkedProcess(self, int(reply["pid"]), [role], int(reply["keeper"]))
 
     def exit_status(self, pid: int, timeout: float | None) -> int | None:
         """The child's exit status as Popen gives it (negative: killed by that signal); None if it
@@ -194,7 +200,7 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        keeper.remove_tree(self.workdir)
 
 
 _zygotes: dict[tuple[int, tuple[tuple[str, str], ...]], Zygote] = {}
@@ -270,6 +276,21 @@ def _die_with(parent: int) -> None:
     _prctl(_PR_SET_DUMPABLE, 1)
 
 
+def _become_keeper(request: dict[str, Any], fds: list[int], zygote: int, report_fd: int,
+                   own: tuple[int, ...]) -> None:
+    """In the forked process: become the child's keeper (``keeper.keep``), which forks the child."""
+    try:
+        signal.set_wakeup_fd(-1)
+        for fd in own:  # the zygote's socket and wake-up pipe are not the keeper's
+            os.close(fd)
+        me = os.getpid()
+        remove = request["cwd"] if request.get("remove") else ""
+        keeper.keep(lambda: _become_child(request, fds, me), report_fd, parent=zygote, hand_off=tuple(fds),
+                    remove=remove)
+    finally:
+        os._exit(1)
+
+
 def _become_child(request: dict[str, Any], fds: list[int], parent: int) -> None:
     """In the forked process: become what ``python -m gpu_workers.child.main ROLE IN OUT`` would be."""
     code = 1
@@ -277,7 +298,6 @@ def _become_child(request: dict[str, Any], fds: list[int], parent: int) -> None:
         _die_with(parent)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        os.setsid()
         in_fd, out_fd, log_fd = fds
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
@@ -336,6 +356,8 @@ def serve(fd: int) -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w)
     zygote_pid = os.getpid()
+    keeper.become_subreaper()  # the tree of a keeper that candidate code killed comes here, and is killed
+    keepers: dict[int, int] = {}  # keeper pid -> its child's pid
     _send(sock, {"ready": True, "pid": zygote_pid})
     while True:
         ready, _, _ = select.select([sock, wake_r], [], [], 5.0)
@@ -351,7 +373,14 @@ def serve(fd: int) -> None:
                 break
             if pid == 0:
                 break
-            _send(sock, {"exit": pid, "status": _exit_code(status)})
+            if pid in keepers:  # a keeper exits once its child's whole tree has ended
+                _send(sock, {"exit": keepers.pop(pid), "status": _exit_code(status)})
+        for pid in keeper.children_of(zygote_pid):
+            if pid not in keepers and keeper.running(pid):  # adopted: no keeper is left to end it
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
         if sock not in ready:
             continue
         try:
@@ -367,6 +396,7 @@ def serve(fd: int) -> None:
             if torch.cuda.is_initialized():
                 raise RuntimeError("CUDA was initialised in the zygote: children must not inherit it")
             gc.freeze()
+            report_r, report_w = os.pipe()
             pid = os.fork()
         except (OSError, ValueError, RuntimeError) as exc:
             for handle in fds:
@@ -374,10 +404,17 @@ def serve(fd: int) -> None:
             _send(sock, {"error": f"{type(exc).__name__}: {exc}"})
             continue
         if pid == 0:
-            _become_child(request, fds, zygote_pid)
-        for handle in fds:
+            os.close(report_r)
+            _become_keeper(request, fds, zygote_pid, report_w, (sock.fileno(), wake_r, wake_w))
+        for handle in (*fds, report_w):
             os.close(handle)
-        _send(sock, {"pid": pid})
+        child = keeper.read_report(report_r, timeout_s=30.0)
+        if child is None:
+            _send(sock, {"error": "the keeper did not start the child"})
+            continue
+        keepers[pid] = child
+        _send(sock, {"pid": child, "keeper": pid})
+    keeper.remove_tree(os.getcwd())  # our own folder: the worker that made it may be gone
     os._exit(0)
 
 
