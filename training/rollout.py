@@ -48,10 +48,12 @@ class TurnOutcome:
     latency_s: float = 0.0
     timed_out: bool = False
     tool: str = ""  # the agent tool that ran (compile, verify, profile, submit)
+    kernel_source: str = ""  # the candidate the tool evaluated
 
     def to_dict(self) -> dict[str, Any]:
         return {"reward": self.reward, "status": self.status, "result": self.result, "error": self.error,
-                "latency_s": self.latency_s, "timed_out": self.timed_out, "tool": self.tool}
+                "latency_s": self.latency_s, "timed_out": self.timed_out, "tool": self.tool,
+                "kernel_source": self.kernel_source}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TurnOutcome:
@@ -296,7 +298,7 @@ class AgentEnvironment:
             target_baseline=self.target_baseline, keep_recent_turns=self.keep_recent_turns,
             observation_limit=self.observation_limit, contrastive_variants=variants,
             contrastive_k=self.contrastive_k, seed=seed, request_overrides=request,
-            max_consecutive_invalid=settings.max_turns)
+            )
 
     def run(self, task: TrainingTask, client: TokenClient, settings: CollectSettings,
             variants: list[Variant], seed: int) -> tuple[dict[int, TurnOutcome], str]:
@@ -321,16 +323,19 @@ class AgentEnvironment:
             if event.kind != "evaluation":
                 continue
             data, tool = event.data, str(event.data.get("tool", ""))
+            source = str(data.get("kernel_source") or "")
             latency = latencies.get(str(data.get("kernel_hash")), 0.0)
             error = str(data.get("evaluator_error") or "")
             if error:
                 timed_out = error.startswith(EvaluationTimeout.__name__)
                 outcome = TurnOutcome(reward=failure, status="timeout" if timed_out else "eval_error",
-                                      error=error, latency_s=latency, timed_out=timed_out, tool=tool)
+                                      error=error, latency_s=latency, timed_out=timed_out, tool=tool,
+                                      kernel_source=source)
             else:
                 result = event.evaluation or {}
                 outcome = TurnOutcome(reward=float(event.reward or 0.0), status=str(result.get("status")),
-                                      result=result, latency_s=0.0 if data.get("cached") else latency, tool=tool)
+                                      result=result, latency_s=0.0 if data.get("cached") else latency, tool=tool,
+                                      kernel_source=source)
             best = out.get(event.turn)
             if best is None or best.status == "format_error" or outcome.reward > best.reward:
                 out[event.turn] = outcome
