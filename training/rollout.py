@@ -213,7 +213,7 @@ class TokenClient:
             prompt = render_messages(self.tokenizer, messages)
             self.parts.append(_Part(prompt_ids=list(prompt)))
         budget = min(max_tokens, self.max_context - len(prompt))
-        if budget < self.min_room:
+        if budget < min(self.min_room, max_tokens):
             if self.parts[-1].observations and len(self.parts[-1].observations) == len(self.parts[-1].actions):
                 self.parts[-1].observations.pop()  # nobody will answer it
             if not self.parts[-1].actions:
@@ -327,7 +327,7 @@ class AgentEnvironment:
             latency = latencies.get(str(data.get("kernel_hash")), 0.0)
             error = str(data.get("evaluator_error") or "")
             if error:
-                timed_out = error.startswith(EvaluationTimeout.__name__)
+                timed_out = f"{EvaluationTimeout.__name__}: " in error
                 outcome = TurnOutcome(reward=failure, status="timeout" if timed_out else "eval_error",
                                       error=error, latency_s=latency, timed_out=timed_out, tool=tool,
                                       kernel_source=source)

@@ -71,8 +71,8 @@ def test_masked_whiten_ignores_masked_entries():
 
 def test_all_failed_group_gets_zero_advantages_whatever_its_lengths():
     # given: a group whose every turn failed at CUDA Agent's -1 floor, rollouts of 1, 2 and 3 turns
-    from training.rollout import Rollout, Turn, TurnOutcome
     from training.recipes import AlgoConfig
+    from training.rollout import Rollout, Turn, TurnOutcome
     from training.trainer import batch_from_rollouts, grpo_token_advantages
 
     rollouts = []
