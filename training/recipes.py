@@ -131,6 +131,11 @@ class SamplingConfig:
     max_turns: int = 1
     max_context: int = 512
 
+    def __post_init__(self) -> None:
+        if not self.temperature > 0:
+            raise ValueError("sampling.temperature must be > 0: the policy's log-probs are taken at that "
+                             "temperature, and greedy decoding has none")
+
 
 @dataclass
 class EvaluatorConfig:
@@ -149,6 +154,31 @@ class EvaluatorConfig:
     def __post_init__(self) -> None:
         if self.kind not in ("gpu_workers", "synthetic"):
             raise ValueError("evaluator.kind must be 'gpu_workers' or 'synthetic'")
+
+
+@dataclass
+class GenerationConfig:
+    """Who samples the rollouts: ``policy`` (Hugging Face ``generate`` on the trained model) or
+    ``openai`` (a vLLM/SGLang server at ``base_url`` serving the policy; after every update the
+    policy is saved under ``weights_dir`` and ``POST {server}{reload_path}`` gets
+    ``{reload_key: that directory}``)."""
+
+    kind: str = "policy"
+    batch_size: int = 64  # policy: prompts per generate call
+    base_url: str = ""
+    model: str = ""  # the served model's name
+    weights_dir: str = ""
+    reload_path: str = "/update_weights_from_disk"
+    reload_key: str = "model_path"
+    timeout_s: float = 600.0
+    concurrency: int = 64
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("policy", "openai"):
+            raise ValueError("generation.kind must be 'policy' or 'openai'")
+        if self.kind == "openai" and not (self.base_url and self.weights_dir):
+            raise ValueError("generation.kind 'openai' needs base_url and weights_dir (where the server reads "
+                             "the updated policy)")
 
 
 @dataclass
@@ -196,6 +226,7 @@ class RunConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     evaluator: EvaluatorConfig = field(default_factory=EvaluatorConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
     data: DataConfig = field(default_factory=DataConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -244,6 +275,7 @@ class RunConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:
         nested = {"model": ModelSpec, "sampling": SamplingConfig, "evaluator": EvaluatorConfig,
+                  "generation": GenerationConfig,
                   "data": DataConfig, "algo": AlgoConfig, "optim": OptimConfig}
         _reject_unknown(cls, data, "RunConfig")
         kwargs = dict(data)

@@ -32,7 +32,7 @@ from training.data import (
 )
 from training.evaluation import make_environment, make_evaluator_pool
 from training.exemplars import ExemplarStore
-from training.generation import GenerationBackend, PolicyBackend
+from training.generation import GenerationBackend, OpenAICompletionsBackend, PolicyBackend
 from training.metrics import (
     BaseSink,
     CheckpointInfo,
@@ -116,8 +116,7 @@ class _Run:
         self.policy = build_model(config.model, self.tokenizer, seed=config.seed).to(config.device)
         self.trainer = Trainer(self.policy, optim=config.optim, pad_id=self.tokenizer.pad_token_id,
                                device=config.device)
-        self.backend: GenerationBackend = backend or PolicyBackend(
-            generator or PolicyGenerator(self.policy, self.tokenizer), self.tokenizer.eos_token_id)
+        self.backend: GenerationBackend = backend or self.make_backend(generator)
         self.environment_factory = environment_factory
         self.tasks, self.contamination = load_tasks(config)
         self.pool: Any = None
@@ -127,6 +126,16 @@ class _Run:
         self._rft: tuple[int, list[SftSequence]] | None = None  # (stage index, kept trajectories)
 
     # -- pieces ---------------------------------------------------------------------------------------------
+    def make_backend(self, generator: Generator | None) -> GenerationBackend:
+        gen = self.config.generation
+        if gen.kind == "openai" and generator is None:
+            return OpenAICompletionsBackend(gen.base_url, gen.model, eos_token_id=self.tokenizer.eos_token_id,
+                                            timeout_s=gen.timeout_s, concurrency=gen.concurrency,
+                                            weights_dir=gen.weights_dir, reload_path=gen.reload_path,
+                                            reload_key=gen.reload_key)
+        return PolicyBackend(generator or PolicyGenerator(self.policy, self.tokenizer), self.tokenizer.eos_token_id,
+                             batch_size=gen.batch_size)
+
     def environment(self, stage: StageConfig) -> Any:
         if self.environment_factory is not None:
             return self.environment_factory(self.config, stage, self.tokenizer)
