@@ -42,6 +42,7 @@ __all__ = [
     "rollout_event_store",
     "rollout_finish",
     "rollout_launch",
+    "rollout_launch_local_suite",
     "rollout_launch_suite",
     "rollout_mark_failed",
     "rollout_run",
@@ -70,6 +71,10 @@ USER_SETTINGS = frozenset(
 )
 DEVICES = ("cpu", "cuda")
 SUITE_MAX_TASKS = 1000
+# A rollout whose base_url starts with this runs a local Hugging Face directory (an exported training
+# checkpoint) in the agent worker. Only trusted services create such rows: _base_url_check refuses
+# the scheme in anything a user sends.
+LOCAL_MODEL_SCHEME = "local:"
 
 
 def _base_url_check(base_url: str) -> str:
@@ -215,42 +220,85 @@ def rollout_launch_suite(
     api_key: str | None = None,
 ) -> RolloutBatch:
     """One rollout per task of a suite (optionally one level), all or nothing."""
-    tasks = Task.objects.filter(suite=suite)
-    if level is not None:
-        tasks = tasks.filter(level=level)
-    tasks = list(tasks.order_by("level", "name", "id")[: SUITE_MAX_TASKS + 1])
-    if not tasks:
-        raise InvalidInput(
-            f"no tasks in suite {suite!r}" + (f" at level {level}" if level is not None else "")
-        )
-    if len(tasks) > SUITE_MAX_TASKS:
-        raise InvalidInput(
-            f"suite {suite!r} has more than {SUITE_MAX_TASKS} tasks; launch one level at a time"
-        )
+    tasks = _suite_tasks(suite=suite, level=level)
     with transaction.atomic():
         submitter, base_url, model = _launch_common(
             submitter_name=submitter_name, submitter_kind=submitter_kind, base_url=base_url, model=model
         )
-        batch = RolloutBatch.objects.create(
-            suite=suite,
-            level=level,
+        return _batch_create(
+            tasks=tasks, suite=suite, level=level, submitter=submitter, base_url=base_url, model=model,
+            settings=settings, created_by=created_by, api_key=api_key,
+        )
+
+
+def rollout_launch_local_suite(
+    *,
+    suite: str,
+    submitter: Submitter,
+    model_dir: str,
+    settings: dict[str, Any] | None = None,
+    level: int | None = None,
+    created_by: Any = None,
+) -> RolloutBatch:
+    """One rollout per task of a suite with a local Hugging Face directory as the model (e.g. an
+    exported training checkpoint), under ``submitter``; for trusted callers only (the path is
+    loaded by the agent worker)."""
+    tasks = _suite_tasks(suite=suite, level=level)
+    with transaction.atomic():
+        return _batch_create(
+            tasks=tasks, suite=suite, level=level, submitter=submitter,
+            base_url=LOCAL_MODEL_SCHEME + model_dir, model=model_dir, settings=settings, created_by=created_by,
+        )
+
+
+def _suite_tasks(*, suite: str, level: int | None) -> list[Task]:
+    tasks = Task.objects.filter(suite=suite)
+    if level is not None:
+        tasks = tasks.filter(level=level)
+    found = list(tasks.order_by("level", "name", "id")[: SUITE_MAX_TASKS + 1])
+    if not found:
+        raise InvalidInput(
+            f"no tasks in suite {suite!r}" + (f" at level {level}" if level is not None else "")
+        )
+    if len(found) > SUITE_MAX_TASKS:
+        raise InvalidInput(
+            f"suite {suite!r} has more than {SUITE_MAX_TASKS} tasks; launch one level at a time"
+        )
+    return found
+
+
+def _batch_create(
+    *,
+    tasks: list[Task],
+    suite: str,
+    level: int | None,
+    submitter: Submitter,
+    base_url: str,
+    model: str,
+    settings: dict[str, Any] | None,
+    created_by: Any,
+    api_key: str | None = None,
+) -> RolloutBatch:
+    batch = RolloutBatch.objects.create(
+        suite=suite,
+        level=level,
+        submitter=submitter,
+        base_url=base_url,
+        model=model,
+        settings=dict(settings or {}),
+        created_by=created_by if getattr(created_by, "is_authenticated", False) else None,
+    )
+    for task in tasks:
+        _rollout_create(
+            task=task,
             submitter=submitter,
             base_url=base_url,
             model=model,
-            settings=dict(settings or {}),
-            created_by=created_by if getattr(created_by, "is_authenticated", False) else None,
+            settings=settings,
+            created_by=created_by,
+            batch=batch,
+            api_key=api_key,
         )
-        for task in tasks:
-            _rollout_create(
-                task=task,
-                submitter=submitter,
-                base_url=base_url,
-                model=model,
-                settings=settings,
-                created_by=created_by,
-                batch=batch,
-                api_key=api_key,
-            )
     return batch
 
 
@@ -449,16 +497,10 @@ def rollout_run(*, rollout_id: int, api_key: str | None = None) -> Rollout | Non
     rollout = Rollout.objects.select_related("task").get(pk=rollout_id)
     start_seq = selectors.rollout_last_seq(rollout_id=rollout_id) + 1  # a re-claimed row continues
     try:
-        from agent import OpenAIChatClient, RolloutConfig, run_rollout
+        from agent import RolloutConfig, run_rollout
 
         config = RolloutConfig.from_dict(rollout.config)
-        client = OpenAIChatClient(
-            rollout.base_url,
-            rollout.model,
-            api_key=api_key or getattr(django_settings, "KERNELCOURT_LLM_API_KEY", None) or None,
-            timeout_s=conf.llm_timeout_s(),
-            max_retries=conf.llm_max_retries(),
-        )
+        client = _client_for(rollout, api_key)
         try:
             summary = run_rollout(
                 rollout.task.source,
@@ -470,7 +512,8 @@ def rollout_run(*, rollout_id: int, api_key: str | None = None) -> Rollout | Non
                 start_seq=start_seq,
             )
         finally:
-            client.close()
+            if hasattr(client, "close"):
+                client.close()
     except (OperationalError, InterfaceError):
         _requeue(rollout_id)
         raise
@@ -482,6 +525,26 @@ def rollout_run(*, rollout_id: int, api_key: str | None = None) -> Rollout | Non
         rollout_mark_failed(rollout_id=rollout_id, error=traceback.format_exc())
         return Rollout.objects.get(pk=rollout_id)
     return rollout_finish(rollout_id=rollout_id, summary=summary)
+
+
+def _client_for(rollout: Rollout, api_key: str | None) -> Any:
+    """The rollout's model: an OpenAI-compatible endpoint, or a local Hugging Face directory."""
+    if rollout.base_url.startswith(LOCAL_MODEL_SCHEME):
+        import torch
+
+        from agent import TransformersChatClient
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        return TransformersChatClient.from_pretrained(rollout.base_url[len(LOCAL_MODEL_SCHEME) :], device=device)
+    from agent import OpenAIChatClient
+
+    return OpenAIChatClient(
+        rollout.base_url,
+        rollout.model,
+        api_key=api_key or getattr(django_settings, "KERNELCOURT_LLM_API_KEY", None) or None,
+        timeout_s=conf.llm_timeout_s(),
+        max_retries=conf.llm_max_retries(),
+    )
 
 
 def _is_time_limit(exc: BaseException) -> bool:
