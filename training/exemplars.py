@@ -21,9 +21,10 @@ DEFAULT_CAPACITY = 64  # per task: the slowest are dropped first when it is full
 class ExemplarStore:
     def __init__(self, data: dict[str, Any] | None = None, *, capacity: int = DEFAULT_CAPACITY) -> None:
         self.capacity = capacity
-        self._by_task: dict[str, dict[str, dict[str, Any]]] = {
-            task: {e["hash"]: dict(e) for e in entries} for task, entries in (data or {}).items()
-        }
+        self._by_task: dict[str, dict[str, dict[str, Any]]] = {}
+        for task, entries in (data or {}).items():
+            for entry in entries:
+                self.add(task, entry["source"], entry.get("speedup"))
 
     def add(self, task: str, source: str, speedup: float | None) -> bool:
         """Remember a correct kernel; False when its source was already stored (its best speedup kept)."""

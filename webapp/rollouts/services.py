@@ -124,6 +124,9 @@ def rollout_config_build(*, task: Task, settings: dict[str, Any] | None) -> dict
         "max_turns": max_turns,
         "task_name": task.name,
     }
+    if "target_speedup" not in given and "compile" not in tuple(values["baselines"]):
+        # the agent's default target is 1.05x over torch.compile: without that baseline, no target
+        values["target_speedup"] = None
     variants = []
     if contrastive:
         variants = selectors.contrastive_variants(task_id=task.pk, track=track)

@@ -18,13 +18,13 @@ class Command(BaseCommand):
         parser.add_argument("--step", type=int, required=True)
         parser.add_argument("--suite", required=True)
         parser.add_argument("--level", type=int, default=None)
-        parser.add_argument("--settings", default="{}", help="the rollouts' settings as JSON (track, device, …)")
+        parser.add_argument("--rollout-settings", default="{}", help="the rollouts' settings as JSON (track, device, …)")
 
     def handle(self, *args, **options):
         try:
-            settings = json.loads(options["settings"])
+            settings = json.loads(options["rollout_settings"])
         except json.JSONDecodeError as exc:
-            raise CommandError(f"--settings is not JSON: {exc}") from exc
+            raise CommandError(f"--rollout-settings is not JSON: {exc}") from exc
         try:
             batch = services.training_checkpoint_leaderboard(
                 run_id=options["run_id"], step=options["step"], suite=options["suite"],
