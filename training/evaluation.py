@@ -17,10 +17,7 @@ def make_evaluator_pool(evaluator: EvaluatorConfig) -> Any:
     """``gpu_workers.pool.RayPool`` (one actor per GPU, joining ``$RAY_ADDRESS``) when
     ``evaluator.use_ray``, else ``gpu_workers.pool.LocalPool`` with ``evaluator.workers`` threads."""
     if evaluator.use_ray:
-        from training.distributed import init_ray
-
-        init_ray()  # a clear error here when Ray is missing
-        from gpu_workers.pool import RayPool
+        from gpu_workers.pool import RayPool  # it joins $RAY_ADDRESS, or says clearly that Ray is missing
 
         return RayPool(actors=None if evaluator.device == "cuda" else evaluator.workers)
     from gpu_workers.pool import LocalPool

@@ -159,8 +159,9 @@ class _Part:
 def render_messages(tokenizer: Tokenizer, messages: Sequence[dict[str, Any]]) -> list[int]:
     """A whole conversation as ids in the rollout format: the first system/user pair as the prompt,
     then every assistant reply as its ids + end-of-turn, every answer to it as observation ids."""
-    system = messages[0].get("content") or "" if messages and messages[0].get("role") == "system" else ""
-    rest = list(messages[1:] if system or (messages and messages[0].get("role") == "system") else messages)
+    has_system = bool(messages) and messages[0].get("role") == "system"
+    system = (messages[0].get("content") or "") if has_system else ""
+    rest = list(messages[1:] if has_system else messages)
     if not rest or rest[0].get("role") != "user":
         raise ValueError("a conversation must start with the system prompt and a user message")
     ids = tokenizer.prompt_ids(system, rest[0].get("content") or "")
