@@ -100,7 +100,8 @@ class _RolloutWorkerImpl:
             settings=CollectSettings(group_size=algo.group_size, max_turns=sampling.max_turns,
                                      max_new_tokens=sampling.max_new_tokens,
                                      max_context=min(sampling.max_context, cfg.model.max_positions),
-                                     temperature=sampling.temperature, top_p=sampling.top_p),
+                                     temperature=sampling.temperature, top_p=sampling.top_p,
+                                     max_rollout_tokens=sampling.max_rollout_tokens),
             seed=cfg.seed)
         return collector.collect([TrainingTask.from_dict(t) for t in tasks], _variants_for(variants))
 

@@ -130,6 +130,7 @@ class SamplingConfig:
     max_new_tokens: int = 64
     max_turns: int = 1
     max_context: int = 512
+    max_rollout_tokens: int | None = None  # prompt + reply tokens over one rollout (its own budget)
 
     def __post_init__(self) -> None:
         if not self.temperature > 0:

@@ -137,6 +137,7 @@ class CollectSettings:
     min_room: int = 8  # end a rollout when fewer tokens than this are left for a reply
     temperature: float = 1.0
     top_p: float = 1.0
+    max_rollout_tokens: int | None = None  # prompt + reply tokens over one rollout (agent's max_total_tokens)
 
 
 class ContextFull(RuntimeError):
@@ -294,6 +295,7 @@ class AgentEnvironment:
         return RolloutConfig.for_training(
             max_turns=settings.max_turns, context_tokens=settings.max_context,
             max_completion_tokens=min(settings.max_new_tokens, settings.max_context - 1),
+            max_total_tokens=settings.max_rollout_tokens,
             temperature=settings.temperature, device=self.device, track=self.track, task_name=task.name,
             baselines=baselines, trials=trials, target_speedup=self.target_speedup,
             target_baseline=self.target_baseline, keep_recent_turns=self.keep_recent_turns,

@@ -154,7 +154,8 @@ class _Run:
         return CollectSettings(group_size=cfg.stage_algo(stage).group_size, max_turns=sampling.max_turns,
                                max_new_tokens=sampling.max_new_tokens,
                                max_context=min(sampling.max_context, cfg.model.max_positions),
-                               temperature=sampling.temperature, top_p=sampling.top_p)
+                               temperature=sampling.temperature, top_p=sampling.top_p,
+                               max_rollout_tokens=sampling.max_rollout_tokens)
 
     def collector(self, stage: StageConfig) -> RolloutCollector:
         return RolloutCollector(self.backend, self.tokenizer, self.environment(stage),

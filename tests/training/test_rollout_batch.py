@@ -125,3 +125,35 @@ def test_render_messages_matches_the_incremental_format():
                 {"role": "assistant", "content": "A"}, {"role": "user", "content": "O"}]
     assert render_messages(tok, messages) == (
         tok.prompt_ids("S", "U") + tok.encode("A") + [tok.eos_token_id] + tok.observation_ids("O"))
+
+
+def test_each_rollout_spends_its_own_token_budget():
+    # given: the agent's environment, two episodes of one task; the first writes a long reply
+    from agent.prompts import system_prompt, task_prompt
+    from gpu_workers.pool import LocalPool
+    from gpu_workers.reward import resolve_reward_config
+    from training.policy import ScriptedGenerator
+    from training.rollout import AgentEnvironment
+
+    tok = ByteTokenizer()
+    task = TrainingTask("t", "import torch\n# a task\n")
+    prompt = len(tok.prompt_ids(system_prompt(track="open", device="cpu"),
+                                task_prompt(task.task_source, task_name="t", device="cpu", track="open")))
+    short, long = "No code yet.", "No code yet. " + "x" * 500
+    budget = prompt + len(short) + 2 + 100  # room for one short turn and a bit, never for the long one
+    with LocalPool(workers=1) as pool:  # never asked: no reply carries a kernel
+        env = AgentEnvironment(pool=pool, reward_config=resolve_reward_config("cuda_agent_levels"),
+                               device="cpu", track="open")
+        collector = RolloutCollector(
+            PolicyBackend(ScriptedGenerator(tok, lambda p, i: long if i == 0 else short), tok.eos_token_id),
+            tok, env, settings=CollectSettings(group_size=2, max_turns=5, max_new_tokens=600, max_context=8192,
+                                               max_rollout_tokens=budget))
+
+        # when: both are collected together
+        first, second = collector.collect([task])
+
+    # then: the long episode stopped after its own first turn; the other went on with its budget
+    assert (len(first.turns), first.stop_reason) == (1, "token_budget")
+    assert (len(second.turns), second.stop_reason) == (2, "token_budget")
+    assert [t.outcome.status for t in second.turns] == ["format_error", "format_error"]
+    assert second.turns[0].observation.startswith("No candidate found")

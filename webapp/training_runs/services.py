@@ -50,7 +50,7 @@ __all__ = [
     "training_samples_store",
 ]
 
-SOURCE_KINDS = ("suite", "jsonl", "synthetic")
+SOURCE_KINDS = ("suite", "jsonl", "variants_jsonl", "synthetic")
 TINY_KINDS = ("tiny_llama", "tiny_gpt2")
 
 
