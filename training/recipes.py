@@ -34,7 +34,7 @@ from gpu_workers.reward import resolve_reward_config
 from training.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS
 from training.policy import ModelSpec
 
-RUN_CONFIG_VERSION = 1
+RUN_CONFIG_VERSION = 2  # 2: reward is a gpu_workers reward config (RewardConfig), generation backends
 STAGE_KINDS = ("sft", "rft", "critic_warmup", "grpo", "ppo")
 RL_KINDS = ("grpo", "ppo")
 CONFIGS_DIR = Path(__file__).parent / "configs"
