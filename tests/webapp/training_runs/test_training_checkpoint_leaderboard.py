@@ -145,3 +145,14 @@ def test_the_admin_action_queues_the_checkpoint_on_the_default_suite(checkpointe
     assert response.status_code == 200
     assert f"rollout batch {batch.pk} queued" in response.content.decode()
     assert batch.suite == "ckpt-suite" and batch.rollouts.count() == 1
+
+
+@pytest.mark.django_db
+def test_users_cannot_point_a_rollout_at_a_local_directory(make_task):
+    task = make_task(suite="ckpt-suite")
+    with pytest.raises(rollout_services.InvalidInput, match="base_url must be an http:// or https:// URL"):
+        rollout_services.rollout_launch(task_id=task.pk, submitter_name="mallory", base_url="local:/etc",
+                                        model="x")
+    with pytest.raises(rollout_services.InvalidInput, match="base_url must be an http:// or https:// URL"):
+        rollout_services.rollout_launch_suite(suite="ckpt-suite", submitter_name="mallory",
+                                              base_url="local:/etc", model="x")
