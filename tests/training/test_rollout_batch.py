@@ -157,3 +157,40 @@ def test_each_rollout_spends_its_own_token_budget():
     assert (len(second.turns), second.stop_reason) == (2, "token_budget")
     assert [t.outcome.status for t in second.turns] == ["format_error", "format_error"]
     assert second.turns[0].observation.startswith("No candidate found")
+
+
+def test_a_condensed_context_starts_a_new_part_of_the_same_episode():
+    # given: a context that holds two turns of the agent's conversation but not three
+    from agent.prompts import system_prompt, task_prompt
+    from gpu_workers.pool import LocalPool
+    from gpu_workers.reward import resolve_reward_config
+    from training.metrics import rollout_metrics
+    from training.policy import ScriptedGenerator
+    from training.rollout import AgentEnvironment
+
+    tok = ByteTokenizer()
+    task = TrainingTask("t", "import torch\n# a task\n")
+    prompt = len(tok.prompt_ids(system_prompt(track="open", device="cpu"),
+                                task_prompt(task.task_source, task_name="t", device="cpu", track="open")))
+    reply = "No code yet. " + "y" * 80
+    with LocalPool(workers=1) as pool:  # never asked: no reply carries a kernel
+        env = AgentEnvironment(pool=pool, reward_config=resolve_reward_config("cuda_agent_levels"),
+                               device="cpu", track="open", keep_recent_turns=1)
+        collector = RolloutCollector(
+            PolicyBackend(ScriptedGenerator(tok, lambda p, i: reply), tok.eos_token_id), tok, env,
+            settings=CollectSettings(group_size=1, max_turns=3, max_new_tokens=100, max_context=prompt + 430))
+
+        # when: the episode runs three turns
+        parts = collector.collect([task])
+
+    # then: turns 1-2 are one sequence; the agent's context policy condensed turn 1 for turn 3, so
+    # turn 3 is a second part whose prompt carries the progress summary (all of it masked out)
+    assert [(p.group, p.index, p.part, len(p.turns)) for p in parts] == [(0, 0, 0, 2), (0, 0, 1, 1)]
+    first, second = parts
+    assert first.turns[0].observation_ids == tok.observation_ids(first.turns[0].observation)
+    assert first.turns[1].observation_ids == []  # it is part of the next part's prompt instead
+    assert "Progress so far" in tok.decode(second.prompt_ids)
+    assert [sum(p.action_mask()) for p in parts] == [p.response_length for p in parts]
+    assert all(len(p.token_ids()) <= prompt + 430 for p in parts)
+    assert first.outcome_reward == second.outcome_reward == -1.0
+    assert rollout_metrics(parts)["num_rollouts"] == 1 and rollout_metrics(parts)["turns_mean"] == 3
