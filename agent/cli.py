@@ -77,7 +77,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--context-tokens", type=int, default=32768)
     run.add_argument("--max-total-tokens", type=int, default=None)
     run.add_argument("--max-wall-s", type=float, default=None)
-    run.add_argument("--target-speedup", type=float, default=None)
+    run.add_argument(
+        "--target-speedup",
+        type=float,
+        default=None,
+        help="keep going until a submission is this much faster than --target-baseline (default 1.05)",
+    )
+    run.add_argument("--target-baseline", default=None, help="the baseline of the target (default compile)")
+    run.add_argument(
+        "--first-pass", action="store_true", help="end at the first passing submission (no speed target)"
+    )
+    run.add_argument(
+        "--baselines", default=None, help="comma-separated baselines to time (default eager,compile)"
+    )
     run.add_argument("--trials", type=int, default=None, help="correctness trials per evaluation (default 5)")
     run.add_argument("--timeout", type=float, default=600.0, help="seconds per LLM request")
     run.add_argument("--retries", type=int, default=4, help="retries on 429/5xx/connection errors")
@@ -126,11 +138,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         "context_tokens": args.context_tokens,
         "max_total_tokens": args.max_total_tokens,
         "max_wall_s": args.max_wall_s,
-        "target_speedup": args.target_speedup,
         "use_tools": args.tools,
         "contrastive_variants": variants,
         "contrastive_k": args.contrastive_k,
     }
+    if args.first_pass:
+        overrides["target_speedup"] = None
+    elif args.target_speedup is not None:
+        overrides["target_speedup"] = args.target_speedup
+    if args.target_baseline is not None:
+        overrides["target_baseline"] = args.target_baseline
+    if args.baselines is not None:
+        overrides["baselines"] = tuple(b for b in args.baselines.split(",") if b)
     if args.max_turns is not None:
         overrides["max_turns"] = args.max_turns
     if args.trials is not None:

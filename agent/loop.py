@@ -46,11 +46,13 @@ class RolloutConfig:
     device: str = "cpu"
     track: str = "strict"
     task_name: str = ""
-    baselines: tuple[str, ...] = ("eager",)
+    # CUDA Agent's bar: measure torch.compile too and keep going until a kernel beats it by 5%.
+    baselines: tuple[str, ...] = ("eager", "compile")
     trials: int = 5
     use_tools: bool = False  # offer native tool calls; the plain-text protocol always works
     text_default_action: str = DEFAULT_TEXT_ACTION
-    target_speedup: float | None = None  # None: the first passing submission ends the rollout
+    target_speedup: float | None = 1.05  # None: the first passing submission ends the rollout
+    target_baseline: str = "compile"  # the baseline target_speedup is measured against
     max_consecutive_invalid: int = 8
     keep_recent_turns: int = 4
     observation_limit: int = DEFAULT_OBSERVATION_LIMIT
@@ -66,6 +68,11 @@ class RolloutConfig:
         if self.max_completion_tokens >= self.context_tokens:
             raise ValueError("max_completion_tokens must be smaller than context_tokens")
         self.baselines = tuple(self.baselines)
+        if self.target_speedup is not None and self.target_baseline not in self.baselines:
+            raise ValueError(
+                f"target_baseline {self.target_baseline!r} is not measured: add it to baselines "
+                f"{list(self.baselines)} or set target_speedup to None"
+            )
 
     @classmethod
     def for_evaluation(cls, **overrides: Any) -> RolloutConfig:
@@ -171,8 +178,8 @@ class _TurnObservations:
             self.texts.append(text)
 
 
-def _speedup(result_dict: dict[str, Any]) -> float | None:
-    value = (result_dict.get("speedup") or {}).get("eager")
+def _speedup(result_dict: dict[str, Any], baseline: str = "eager") -> float | None:
+    value = (result_dict.get("speedup") or {}).get(baseline)
     return float(value) if isinstance(value, int | float) else None
 
 
@@ -321,17 +328,21 @@ def run_rollout(
             outcome = tools.run(action.tool, action.source)
             result_dict = outcome.result.to_dict()
             speed = _speedup(result_dict)
+            target_speed = _speedup(result_dict, config.target_baseline)
             accepted = (
                 action.tool == "submit"
                 and outcome.passed
-                and (config.target_speedup is None or (speed is not None and speed >= config.target_speedup))
+                and (
+                    config.target_speedup is None
+                    or (target_speed is not None and target_speed >= config.target_speedup)
+                )
             )
             observation = outcome.observation
             if action.tool == "submit" and outcome.passed and not accepted:
-                shown = f"{speed:.3g}x" if speed is not None else "unmeasured"
+                shown = f"{target_speed:.3g}x" if target_speed is not None else "unmeasured"
                 observation = (
-                    f"Correct, but the speedup ({shown}) is below the target {config.target_speedup:.3g}x; "
-                    f"keep optimising.\n{observation}"
+                    f"Correct, but the speedup over {config.target_baseline} ({shown}) is below the "
+                    f"target {config.target_speedup:.3g}x; keep optimising.\n{observation}"
                 )
             recorder.emit(
                 "evaluation",

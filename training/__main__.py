@@ -1,7 +1,9 @@
 """``python -m training run --config RUN.json [--resume] [--out DIR]``: JSON lines of per-step metrics.
 
-Also ``python -m training write-configs`` (regenerate training/configs/ from the built-in recipes)
-and ``python -m training check-contamination --config RUN.json`` (the report, without training).
+Also ``python -m training write-configs`` (regenerate training/configs/ from the built-in recipes),
+``python -m training check-contamination --config RUN.json`` (the report, without training) and
+``python -m training export RUN_DIR --step N OUT_DIR`` (a checkpoint as a Hugging Face directory;
+to put it on the leaderboard: ``python manage.py checkpoint_leaderboard``).
 """
 
 from __future__ import annotations
@@ -26,10 +28,24 @@ def main(argv: list[str] | None = None) -> int:
     check = sub.add_parser("check-contamination", help="print the contamination report of a config's tasks")
     check.add_argument("--config", required=True)
     sub.add_parser("write-configs", help="write the built-in recipes to training/configs/")
+    export = sub.add_parser("export", help="write a checkpoint as a Hugging Face directory (save_pretrained)")
+    export.add_argument("run", help="the run directory (--out of `run`)")
+    export.add_argument("--step", type=int, required=True, help="the checkpoint's global step")
+    export.add_argument("out", help="the directory to write")
     args = parser.parse_args(argv)
 
     if args.command == "write-configs":
         write_builtin_configs()
+        return 0
+    if args.command == "export":
+        from training.export import ExportError, export_checkpoint
+
+        try:
+            path = export_checkpoint(args.run, args.step, args.out)
+        except (ExportError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(json.dumps({"exported": str(path), "step": args.step}))
         return 0
     try:
         config = RunConfig.load(args.config)

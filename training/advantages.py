@@ -10,15 +10,19 @@ from collections.abc import Sequence
 import torch
 
 
-def discounted_turn_returns(turn_rewards: Sequence[float], gamma: float) -> list[float]:
-    """Kevin-32B's per-turn credit: G_t = r_t + γ r_{t+1} + γ² r_{t+2} + … (γ=0.4 in Kevin).
+def discounted_turn_returns(turn_rewards: Sequence[float], gamma: float, *, floor: float = 0.0) -> list[float]:
+    """Kevin-32B's per-turn credit: G_t = u_t + γ u_{t+1} + γ² u_{t+2} + … (γ=0.4 in Kevin), over
+    the rewards measured above the reward's floor, u_t = r_t − ``floor``.
 
-    A refinement turn gets credit for what the later turns it enabled achieved, discounted.
+    A refinement turn gets credit for what the later turns it enabled achieved, discounted. Measuring
+    from the floor makes a failed turn worth nothing rather than a penalty that piles up with the
+    number of turns: with a −1 floor, raw returns of an all-failed group would differ by its rollouts'
+    lengths alone (−1, −1.4, −1.56…) and normalising them would hand out ±1 for nothing.
     """
     returns = [0.0] * len(turn_rewards)
     running = 0.0
     for t in range(len(turn_rewards) - 1, -1, -1):
-        running = float(turn_rewards[t]) + gamma * running
+        running = float(turn_rewards[t]) - floor + gamma * running
         returns[t] = running
     return returns
 

@@ -28,16 +28,26 @@ class TrainingTask:
     ops: tuple[str, ...] = ()
     data_source: str = ""
     level: int | None = None
+    # correct kernels for the task with their measured speedups (CUDA-L1's stage-1 data)
+    variants: list[dict[str, Any]] = field(default_factory=list)
+
+    def sft_kernels(self) -> list[str]:
+        """Every known correct kernel of the task: its variants, else its reference kernel."""
+        if self.variants:
+            return [v["source"] for v in self.variants]
+        return [self.reference_kernel] if self.reference_kernel else []
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "task_source": self.task_source, "reference_kernel": self.reference_kernel,
-                "ops": list(self.ops), "data_source": self.data_source, "level": self.level}
+                "ops": list(self.ops), "data_source": self.data_source, "level": self.level,
+                "variants": [dict(v) for v in self.variants]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainingTask:
         return cls(name=data["name"], task_source=data["task_source"],
                    reference_kernel=data.get("reference_kernel"), ops=tuple(data.get("ops", ())),
-                   data_source=data.get("data_source", ""), level=data.get("level"))
+                   data_source=data.get("data_source", ""), level=data.get("level"),
+                   variants=[dict(v) for v in data.get("variants", [])])
 
 
 def suite_tasks(device: str = "cpu", names: Sequence[str] | None = None) -> list[TrainingTask]:
@@ -78,6 +88,45 @@ def ops_jsonl_tasks(path: str | Path) -> list[TrainingTask]:
                                 data_source=str(row.get("data_source", "")),
                                 reference_kernel=row.get("reference_kernel")))
     return out
+
+
+def variants_jsonl_tasks(path: str | Path) -> list[TrainingTask]:
+    """CUDA-L1's stage-1 data: one row per correct variant of a task,
+    ``{"name": ..., "code": "<KernelBench task file>", "kernel": "<ModelNew file>", "speedup": 1.7}``
+    (``kernel_source`` or ``reference_kernel`` for ``kernel``; ``speedup`` over eager, optional).
+    Rows of one task (same ``name``) become one task with every variant; a row without a kernel is
+    an error, since this stage learns from correct kernels only."""
+    tasks: dict[str, TrainingTask] = {}
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{number}: not JSON: {exc}") from exc
+        if not isinstance(row, dict) or not isinstance(row.get("code"), str):
+            raise ValueError(f"{path}:{number}: row has no 'code' (the task file)")
+        kernel = next((row[k] for k in ("kernel", "kernel_source", "reference_kernel")
+                       if isinstance(row.get(k), str) and row[k].strip()), None)
+        if kernel is None:
+            raise ValueError(f"{path}:{number}: row has no reference kernel ('kernel'): CUDA-L1's first stage "
+                             "trains on correct variants of each task, so every row needs one (Ops-6K rows have "
+                             "none: generate and verify variants first, or use a 'jsonl' source with an rl stage)")
+        name = str(row.get("name") or f"{Path(path).stem}_{number:05d}")
+        speedup = row.get("speedup")
+        if speedup is not None and not isinstance(speedup, int | float):
+            raise ValueError(f"{path}:{number}: 'speedup' must be a number")
+        task = tasks.get(name)
+        if task is None:
+            task = tasks[name] = TrainingTask(name=name, task_source=row["code"], data_source="variants",
+                                              ops=tuple(row.get("ops", ())))
+        elif task.task_source != row["code"]:
+            raise ValueError(f"{path}:{number}: task {name!r} appears with two different task files")
+        task.variants.append({"source": kernel, "speedup": float(speedup) if speedup is not None else None,
+                              "status": "passed"})
+    for task in tasks.values():
+        task.reference_kernel = max(task.variants, key=lambda v: v["speedup"] or 0.0)["source"]
+    return list(tasks.values())
 
 
 def synthetic_tasks(n: int) -> list[TrainingTask]:

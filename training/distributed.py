@@ -2,8 +2,8 @@
 
 Ray is optional (vLLM's pattern): ``import ray`` happens inside the functions that need it, and a
 missing Ray is a clear error only when a config asks for it. Without Ray the same interfaces run in
-this process: ``make_evaluator_pool`` returns the local pool, ``LocalRolloutWorkers`` collects with
-the trainer's own policy.
+this process: ``training.evaluation.make_evaluator_pool`` returns ``gpu_workers``' local pool,
+``LocalRolloutWorkers`` collects with the trainer's own policy.
 
 - evaluator actors: ``gpu_workers.workers.pool.RayPool``, one actor per GPU (``num_gpus=1``); CUDA is
   initialised inside the actor, never in the driver. ``submit`` returns a ``concurrent.futures.Future``
@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from training.data import TrainingTask
-from training.evaluation import make_local_pool
 from training.rollout import Rollout, RolloutCollector
 
 RAY_MISSING = ("Ray is not installed: `pip install 'kernelcourt[ray]'` (or `pip install ray`), or set "
@@ -46,17 +45,6 @@ def init_ray(address: str | None = None) -> Any:
     return ray
 
 
-def make_evaluator_pool(evaluator: Any) -> Any:
-    """The evaluator pool a run's ``EvaluatorConfig`` asks for: ``gpu_workers.workers.pool.RayPool`` (one
-    evaluator actor per GPU, ``num_gpus=1``, joining ``$RAY_ADDRESS``) or the local pool."""
-    if evaluator.use_ray:
-        init_ray()  # a clear error here when Ray is missing
-        from gpu_workers.workers.pool import RayPool
-
-        return RayPool(actors=None if evaluator.device == "cuda" else evaluator.workers)
-    return make_local_pool(evaluator.workers)
-
-
 class LocalRolloutWorkers:
     """Rollouts in this process with the trainer's policy (nothing to sync)."""
 
@@ -66,8 +54,17 @@ class LocalRolloutWorkers:
     def sync_weights(self, state_dict: dict[str, Any]) -> None:
         pass
 
-    def collect(self, tasks: Sequence[TrainingTask]) -> list[Rollout]:
-        return self.collector.collect(tasks)
+    def collect(self, tasks: Sequence[TrainingTask], variants: dict[str, list[dict[str, Any]]] | None = None
+                ) -> list[Rollout]:
+        return self.collector.collect(tasks, _variants_for(variants))
+
+
+def _variants_for(variants: dict[str, list[dict[str, Any]]] | None) -> Any:
+    from agent.prompts import Variant
+
+    if not variants:
+        return None
+    return lambda task: [Variant.from_dict(v) for v in variants.get(task.name, [])]
 
 
 class _RolloutWorkerImpl:
@@ -88,27 +85,25 @@ class _RolloutWorkerImpl:
     def sync_weights(self, state_dict: dict[str, Any]) -> None:
         self.model.load_state_dict(state_dict)
 
-    def collect(self, tasks: list[dict[str, Any]]) -> list[Rollout]:
-        from training.evaluation import EvaluatorScorer, SyntheticScorer
-        from training.policy import Sampling
-        from training.prompting import PromptSettings
+    def collect(self, tasks: list[dict[str, Any]], variants: dict[str, list[dict[str, Any]]]) -> list[Rollout]:
+        from training.evaluation import make_environment, make_evaluator_pool
+        from training.generation import PolicyBackend
         from training.rollout import CollectSettings
 
         cfg, stage = self.config, self.stage
-        ev = cfg.evaluator
-        if ev.kind == "synthetic":
-            scorer: Any = SyntheticScorer(self.tokenizer.encode(ev.synthetic_target)[0], self.tokenizer.eos_token_id)
-        else:
-            scorer = EvaluatorScorer(self.pool or make_local_pool(ev.workers), cfg.stage_reward(stage),
-                                     {"device": ev.device, "track": ev.track, **ev.request})
+        if self.pool is None and cfg.evaluator.kind != "synthetic":
+            self.pool = make_evaluator_pool(cfg.evaluator)
         sampling, algo = cfg.stage_sampling(stage), cfg.stage_algo(stage)
         collector = RolloutCollector(
-            self.generator, self.tokenizer, scorer,
-            sampling=Sampling(sampling.temperature, sampling.top_p, sampling.max_new_tokens),
+            PolicyBackend(self.generator, self.tokenizer.eos_token_id), self.tokenizer,
+            make_environment(cfg, stage, self.tokenizer, self.pool),
             settings=CollectSettings(group_size=algo.group_size, max_turns=sampling.max_turns,
-                                     eval_timeout_s=ev.timeout_s, max_context=sampling.max_context),
-            prompts=PromptSettings(style=cfg.data.prompt_style, device=ev.device, track=ev.track))
-        return collector.collect([TrainingTask.from_dict(t) for t in tasks])
+                                     max_new_tokens=sampling.max_new_tokens,
+                                     max_context=min(sampling.max_context, cfg.model.max_positions),
+                                     temperature=sampling.temperature, top_p=sampling.top_p,
+                                     max_rollout_tokens=sampling.max_rollout_tokens),
+            seed=cfg.seed)
+        return collector.collect([TrainingTask.from_dict(t) for t in tasks], _variants_for(variants))
 
 
 class RayRolloutWorkers:
@@ -127,11 +122,13 @@ class RayRolloutWorkers:
         ref = ray.put({k: v.detach().cpu() for k, v in state_dict.items()})
         ray.get([w.sync_weights.remote(ref) for w in self.workers])
 
-    def collect(self, tasks: Sequence[TrainingTask]) -> list[Rollout]:
+    def collect(self, tasks: Sequence[TrainingTask], variants: dict[str, list[dict[str, Any]]] | None = None
+                ) -> list[Rollout]:
         import ray
 
         shares = [list(tasks[i :: len(self.workers)]) for i in range(len(self.workers))]
-        refs = [w.collect.remote([t.to_dict() for t in share]) for w, share in zip(self.workers, shares) if share]
+        refs = [w.collect.remote([t.to_dict() for t in share], variants or {})
+                for w, share in zip(self.workers, shares) if share]
         out: list[Rollout] = []
         for group_offset, rollouts in enumerate(ray.get(refs)):
             for r in rollouts:  # make group ids unique across workers

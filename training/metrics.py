@@ -212,28 +212,42 @@ def read_metrics(path: str | Path) -> list[RunMetrics]:
     return out
 
 
-def rollout_metrics(rollouts: Sequence[Rollout]) -> dict[str, Any]:
-    """The rollout half of ``RunMetrics`` (rewards, rates, lengths, evaluator latency)."""
-    from training.rewards import faster_than, is_correct
+def is_correct(result: dict[str, Any]) -> bool:
+    """An evaluation (``EvalResult.to_dict()``) that passed every check."""
+    return result.get("status") == "passed" and bool(result.get("correct"))
 
+
+def faster_than(result: dict[str, Any], baseline: str) -> bool:
+    value = (result.get("speedup") or {}).get(baseline)
+    return is_correct(result) and isinstance(value, int | float) and math.isfinite(value) and value > 1.0
+
+
+def rollout_metrics(rollouts: Sequence[Rollout]) -> dict[str, Any]:
+    """The rollout half of ``RunMetrics`` (rewards, rates, lengths, evaluator latency). An episode
+    split in parts by the context policy counts once for its reward, with all its turns."""
     if not rollouts:
         return {"num_rollouts": 0}
-    rewards = [r.outcome_reward for r in rollouts]
-    mean = sum(rewards) / len(rewards)
+    episodes: dict[tuple[int, int], list[Rollout]] = {}
+    for r in rollouts:
+        episodes.setdefault((r.group, r.index), []).append(r)
+    rewards = [parts[0].outcome_reward for parts in episodes.values()]
+    n_ep = len(episodes)
+    mean = sum(rewards) / n_ep
     out: dict[str, Any] = {
-        "num_rollouts": len(rollouts),
+        "num_rollouts": n_ep,
         "reward_mean": mean, "reward_max": max(rewards), "reward_min": min(rewards),
-        "reward_std": (sum((x - mean) ** 2 for x in rewards) / len(rewards)) ** 0.5,
-        "response_length_mean": sum(r.response_length for r in rollouts) / len(rollouts),
-        "turns_mean": sum(len(r.turns) for r in rollouts) / len(rollouts),
+        "reward_std": (sum((x - mean) ** 2 for x in rewards) / n_ep) ** 0.5,
+        "response_length_mean": sum(r.response_length for r in rollouts) / n_ep,
+        "turns_mean": sum(len(r.turns) for r in rollouts) / n_ep,
     }
     outcomes = [t.outcome for r in rollouts for t in r.turns]
-    evaluated = [r for r in rollouts if any(t.outcome.status not in ("synthetic",) for t in r.turns)]
+    turns_of = {key: [t for p in parts for t in p.turns] for key, parts in episodes.items()}
+    evaluated = [turns for turns in turns_of.values() if any(t.outcome.status != "synthetic" for t in turns)]
     if evaluated:
         n = len(evaluated)
 
         def share(pred: Any) -> float:
-            return sum(1 for r in evaluated if any(pred(t.outcome) for t in r.turns)) / n
+            return sum(1 for turns in evaluated if any(pred(t.outcome) for t in turns)) / n
 
         out["pass_rate"] = share(lambda o: o.result is not None and is_correct(o.result))
         out["faster_than_eager_rate"] = share(lambda o: o.result is not None and faster_than(o.result, "eager"))

@@ -2,10 +2,16 @@
 
 A run is a list of stages, each of one kind:
 
-- ``sft``: supervised fine-tuning on reference kernels (CUDA-L1 stage 1);
-- ``rft``: rejection fine-tuning: sample, keep rollouts whose reward ≥ ``rft_min_reward``, SFT on
-  them (CUDA Agent's RFT; with the 0/1 ``correctness`` reward it is CUDA-L1's self-supervised stage);
-- ``critic_warmup``: sample with the frozen policy and train only the critic (CUDA Agent);
+- ``sft``: supervised fine-tuning on correct kernels (CUDA-L1 stage 1: a JSONL of correct variants
+  per task, ``{"kind": "variants_jsonl"}``; or the suite's reference kernels);
+- ``rft``: rejection fine-tuning as offline epochs: at the stage's start, sample
+  ``rft_collect_rounds`` rounds of multi-turn agent trajectories with the policy as it stands, keep
+  those whose reward ≥ ``rft_min_reward``, then every step is one optimiser step on the next
+  ``rft_batch_size`` of them, reshuffled every epoch (CUDA Agent's RFT; with the 0/1
+  ``correctness`` reward it is CUDA-L1's self-supervised stage);
+- ``critic_warmup``: a fresh critic copied from the policy as it stands (the post-RFT actor),
+  trained alone on the frozen policy's rollouts (CUDA Agent; the recipe uses λ = 1 so the targets
+  are the Monte-Carlo returns, as VAPO pretrains its value model);
 - ``grpo``: group-relative policy optimisation, no critic (Kevin, CUDA-L1); with
   ``contrastive_variants > 0`` the prompt carries earlier kernels and their speedups (CUDA-L1's
   contrastive RL);
@@ -24,11 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpu_workers.reward import resolve_reward_config
 from training.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS
 from training.policy import ModelSpec
-from training.rewards import RewardScheme
 
-RUN_CONFIG_VERSION = 1
+RUN_CONFIG_VERSION = 2  # 2: reward is a gpu_workers reward config (RewardConfig), generation backends
 STAGE_KINDS = ("sft", "rft", "critic_warmup", "grpo", "ppo")
 RL_KINDS = ("grpo", "ppo")
 CONFIGS_DIR = Path(__file__).parent / "configs"
@@ -55,7 +61,9 @@ class AlgoConfig:
     ppo_epochs: int = 1
     minibatch_size: int = 0  # rollouts per optimiser step; 0: the whole batch
     rft_min_reward: float = 1.0
-    contrastive_variants: int = 0
+    rft_collect_rounds: int = 1  # rounds of tasks_per_step tasks × group_size sampled at an rft stage's start
+    rft_batch_size: int = 8  # kept trajectories (parts) per rft optimiser step
+    contrastive_variants: int = 0  # k exemplars in the prompt (CUDA-L1), sampled across speed buckets
 
     def __post_init__(self) -> None:
         if self.kl_estimator not in KL_ESTIMATORS:
@@ -68,6 +76,42 @@ class AlgoConfig:
             raise ValueError("turn_credit must be 'outcome' or 'discounted'")
         if self.group_size < 1:
             raise ValueError("group_size must be ≥ 1")
+        if self.rft_collect_rounds < 1 or self.rft_batch_size < 1:
+            raise ValueError("rft_collect_rounds and rft_batch_size must be ≥ 1")
+
+
+@dataclass
+class RewardConfig:
+    """The reward of a run: a ``gpu_workers.reward`` config (its name or a dict), sent with every
+    evaluation so that the evaluator's own ``reward`` is the training reward, plus training-only
+    shaping: what a reply without a usable candidate and an evaluation that timed out or crashed
+    score (None: the config's floor)."""
+
+    config: str | dict[str, Any] = "cuda_agent_levels"
+    no_candidate_reward: float | None = None
+    failure_reward: float | None = None
+
+    def __post_init__(self) -> None:
+        resolve_reward_config(self.config)  # an unknown name or kind fails at load time
+
+    def resolved(self) -> dict[str, Any]:
+        return resolve_reward_config(self.config)
+
+    @property
+    def name(self) -> str:
+        return str(self.resolved().get("name", ""))
+
+    @property
+    def floor(self) -> float:
+        return float(self.resolved().get("floor", 0.0))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RewardConfig:
+        _reject_unknown(cls, data, "reward")
+        return cls(**data)
 
 
 @dataclass
@@ -89,8 +133,13 @@ class SamplingConfig:
     top_p: float = 1.0
     max_new_tokens: int = 64
     max_turns: int = 1
-    stop_on_pass: bool = False
     max_context: int = 512
+    max_rollout_tokens: int | None = None  # prompt + reply tokens over one rollout (its own budget)
+
+    def __post_init__(self) -> None:
+        if not self.temperature > 0:
+            raise ValueError("sampling.temperature must be > 0: the policy's log-probs are taken at that "
+                             "temperature, and greedy decoding has none")
 
 
 @dataclass
@@ -103,6 +152,9 @@ class EvaluatorConfig:
     use_ray: bool = False  # Ray evaluator actors, one per GPU; joins RAY_ADDRESS
     request: dict[str, Any] = field(default_factory=dict)  # extra EvalRequest fields (trials, baselines…)
     synthetic_target: str = "a"  # synthetic reward: share of this character in the response
+    # The agent's acceptance bar inside a rollout (None: the first passing submission ends it).
+    target_speedup: float | None = None
+    target_baseline: str = "compile"
 
     def __post_init__(self) -> None:
         if self.kind not in ("gpu_workers", "synthetic"):
@@ -110,15 +162,40 @@ class EvaluatorConfig:
 
 
 @dataclass
+class GenerationConfig:
+    """Who samples the rollouts: ``policy`` (Hugging Face ``generate`` on the trained model) or
+    ``openai`` (a vLLM/SGLang server at ``base_url`` serving the policy; after every update the
+    policy is saved under ``weights_dir`` and ``POST {server}{reload_path}`` gets
+    ``{reload_key: that directory}``)."""
+
+    kind: str = "policy"
+    batch_size: int = 64  # policy: prompts per generate call
+    base_url: str = ""
+    model: str = ""  # the served model's name
+    weights_dir: str = ""
+    reload_path: str = "/update_weights_from_disk"
+    reload_key: str = "model_path"
+    timeout_s: float = 600.0
+    concurrency: int = 64
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("policy", "openai"):
+            raise ValueError("generation.kind must be 'policy' or 'openai'")
+        if self.kind == "openai" and not (self.base_url and self.weights_dir):
+            raise ValueError("generation.kind 'openai' needs base_url and weights_dir (where the server reads "
+                             "the updated policy)")
+
+
+@dataclass
 class DataConfig:
-    # {"kind": "suite", "names": [...]?} | {"kind": "jsonl", "path": ...} | {"kind": "synthetic", "n": 4}
+    # {"kind": "suite", "names": [...]?} | {"kind": "jsonl", "path": ...} (Ops-6K rows)
+    # | {"kind": "variants_jsonl", "path": ...} (correct variants per task) | {"kind": "synthetic", "n": 4}
     sources: list[dict[str, Any]] = field(default_factory=lambda: [{"kind": "suite"}])
     # evaluation tasks the training tasks must not resemble (same source kinds)
     eval_sources: list[dict[str, Any]] = field(default_factory=list)
     contamination_threshold: float = 0.6
     contamination_method: str = "jaccard"
     tasks_per_step: int = 2
-    prompt_style: str = "agent"  # "short" for byte-level tiny models
 
 
 @dataclass
@@ -129,7 +206,7 @@ class StageConfig:
     algo: dict[str, Any] = field(default_factory=dict)
     sampling: dict[str, Any] = field(default_factory=dict)
     optim: dict[str, Any] = field(default_factory=dict)
-    reward: dict[str, Any] | None = None  # a RewardScheme dict replacing the run's
+    reward: dict[str, Any] | None = None  # a RewardConfig dict replacing the run's
 
     def __post_init__(self) -> None:
         if self.kind not in STAGE_KINDS:
@@ -151,9 +228,10 @@ class RunConfig:
     seed: int = 0
     device: str = "cpu"  # where the policy trains
     model: ModelSpec = field(default_factory=ModelSpec)
-    reward: RewardScheme = field(default_factory=RewardScheme)
+    reward: RewardConfig = field(default_factory=RewardConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     evaluator: EvaluatorConfig = field(default_factory=EvaluatorConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
     data: DataConfig = field(default_factory=DataConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -180,8 +258,8 @@ class RunConfig:
     def stage_optim(self, stage: StageConfig) -> OptimConfig:
         return dataclasses.replace(self.optim, **stage.optim)
 
-    def stage_reward(self, stage: StageConfig) -> RewardScheme:
-        return RewardScheme.from_dict(stage.reward) if stage.reward is not None else self.reward
+    def stage_reward(self, stage: StageConfig) -> RewardConfig:
+        return RewardConfig.from_dict(stage.reward) if stage.reward is not None else self.reward
 
     @property
     def total_steps(self) -> int:
@@ -202,6 +280,7 @@ class RunConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:
         nested = {"model": ModelSpec, "sampling": SamplingConfig, "evaluator": EvaluatorConfig,
+                  "generation": GenerationConfig,
                   "data": DataConfig, "algo": AlgoConfig, "optim": OptimConfig}
         _reject_unknown(cls, data, "RunConfig")
         kwargs = dict(data)
@@ -212,7 +291,7 @@ class RunConfig:
         if "optim" in kwargs:
             kwargs["optim"].betas = tuple(kwargs["optim"].betas)
         if "reward" in kwargs:
-            kwargs["reward"] = RewardScheme.from_dict(kwargs["reward"])
+            kwargs["reward"] = RewardConfig.from_dict(kwargs["reward"])
         kwargs["stages"] = [StageConfig(**_checked(StageConfig, s, "stage")) for s in data.get("stages", [])]
         return cls(**kwargs)
 
@@ -242,10 +321,10 @@ def tiny_cpu_grpo() -> RunConfig:
         name="tiny_cpu_grpo", seed=0, device="cpu",
         model=ModelSpec(kind="tiny_llama", hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
                         max_positions=128),
-        reward=RewardScheme("correctness"),
+        reward=RewardConfig("correctness"),
         sampling=SamplingConfig(temperature=1.0, max_new_tokens=16, max_turns=1, max_context=128),
         evaluator=EvaluatorConfig(kind="synthetic", synthetic_target="a"),
-        data=DataConfig(sources=[{"kind": "synthetic", "n": 4}], tasks_per_step=2, prompt_style="short"),
+        data=DataConfig(sources=[{"kind": "synthetic", "n": 4}], tasks_per_step=2),
         algo=AlgoConfig(group_size=8, kl_coef=0.0, scale_rewards_by_std=False,
                         loss_aggregation="seq_mean_token_sum_norm", ppo_epochs=1),
         optim=OptimConfig(lr=1e-2, grad_clip=1.0),
@@ -266,17 +345,17 @@ def tiny_cpu_ppo() -> RunConfig:
 
 
 def tiny_cpu_open_track() -> RunConfig:
-    """The wiring to the real CPU evaluator (open track) on our suite, with a tiny policy: SFT on the
-    suite's reference kernels, then GRPO under CUDA Agent's discrete reward. A random tiny model will
-    not write kernels in minutes; this recipe exists to exercise the whole path."""
+    """The wiring to the real CPU evaluator (open track) on our suite, with a tiny policy in the
+    agent's environment: SFT on the suite's reference kernels, then GRPO under CUDA Agent's discrete
+    reward. A random tiny model will not write kernels in minutes; this recipe exercises the path."""
     return RunConfig(
         name="tiny_cpu_open_track", seed=0, device="cpu",
-        model=ModelSpec(kind="tiny_llama", max_positions=4096),
-        reward=RewardScheme("cuda_agent"),
-        sampling=SamplingConfig(max_new_tokens=256, max_turns=2, max_context=4096),
+        model=ModelSpec(kind="tiny_llama", max_positions=8192),
+        reward=RewardConfig("cuda_agent_levels"),
+        sampling=SamplingConfig(max_new_tokens=256, max_turns=2, max_context=8192),
         evaluator=EvaluatorConfig(kind="gpu_workers", device="cpu", track="open", workers=2, timeout_s=300,
                                   request={"trials": 2, "baselines": ["eager"], "timing_budget_s": 0.5}),
-        data=DataConfig(sources=[{"kind": "suite"}], tasks_per_step=2, prompt_style="short"),
+        data=DataConfig(sources=[{"kind": "suite"}], tasks_per_step=2),
         algo=AlgoConfig(group_size=2, turn_credit="discounted", turn_gamma=0.4),
         optim=OptimConfig(lr=1e-3),
         stages=[StageConfig(name="sft", kind="sft", steps=2), StageConfig(name="grpo", kind="grpo", steps=2)],
@@ -287,15 +366,17 @@ def tiny_cpu_open_track() -> RunConfig:
 _BIG_MODEL = ModelSpec(kind="pretrained", name_or_path="Qwen/Qwen2.5-Coder-7B-Instruct", dtype="bfloat16",
                        max_positions=32768, gradient_checkpointing=True)
 _CUDA_EVAL = EvaluatorConfig(kind="gpu_workers", device="cuda", track="strict", workers=8, timeout_s=900,
-                             use_ray=True)
+                             use_ray=True, request={"baselines": ["eager", "compile"]},
+                             target_speedup=1.05, target_baseline="compile")
 
 
 def cuda_agent() -> RunConfig:
-    """CUDA Agent: single-turn PPO warm-up → RFT on good trajectories → critic pre-training →
-    multi-turn agentic PPO (clip 0.2/0.28, GAE γ=1 λ=0.95), discrete −1/1/2/3 reward."""
+    """CUDA Agent: single-turn PPO warm-up → RFT (offline epochs over the good multi-turn
+    trajectories) → critic pre-training from the post-RFT actor with λ = 1 → multi-turn agentic PPO
+    (clip 0.2/0.28, GAE γ=1 λ=0.95), discrete −1/1/2/3 reward, agents aiming at 1.05× torch.compile."""
     return RunConfig(
         name="cuda_agent", seed=0, device="cuda", model=_BIG_MODEL,
-        reward=RewardScheme("cuda_agent"),
+        reward=RewardConfig("cuda_agent_levels"),
         sampling=SamplingConfig(temperature=1.0, max_new_tokens=8192, max_turns=1, max_context=32768),
         evaluator=_CUDA_EVAL,
         data=DataConfig(sources=[{"kind": "jsonl", "path": "data/ops6k.jsonl"}],
@@ -305,8 +386,10 @@ def cuda_agent() -> RunConfig:
         optim=OptimConfig(lr=1e-6, critic_lr=5e-6, micro_batch_tokens=32768),
         stages=[
             StageConfig(name="single_turn_ppo", kind="ppo", steps=50),
-            StageConfig(name="rft", kind="rft", steps=20, algo={"rft_min_reward": 2.0}),
-            StageConfig(name="critic_pretrain", kind="critic_warmup", steps=20, sampling={"max_turns": 8}),
+            StageConfig(name="rft", kind="rft", steps=20, sampling={"max_turns": 8},
+                        algo={"rft_min_reward": 2.0, "rft_collect_rounds": 4, "rft_batch_size": 16}),
+            StageConfig(name="critic_pretrain", kind="critic_warmup", steps=20, sampling={"max_turns": 8},
+                        algo={"lam": 1.0}),
             StageConfig(name="agentic_ppo", kind="ppo", steps=150, sampling={"max_turns": 8}),
         ],
         checkpoint_every=10,
@@ -314,21 +397,22 @@ def cuda_agent() -> RunConfig:
 
 
 def cuda_l1() -> RunConfig:
-    """CUDA-L1: SFT on correct kernels → self-supervised (0/1 correctness reward, keep the correct
-    ones) → contrastive RL with GRPO (earlier variants and their speedups in the prompt)."""
+    """CUDA-L1: SFT on correct variants per task (a JSONL) → self-supervised (0/1 correctness
+    reward, keep the correct ones) → contrastive RL with GRPO (earlier variants and their speedups in
+    the prompt, sampled across speed buckets from one exemplar store filled since stage 1)."""
     return RunConfig(
         name="cuda_l1", seed=0, device="cuda", model=_BIG_MODEL,
-        reward=RewardScheme("clipped_speedup", {"cap": 10.0}),
+        reward=RewardConfig({"kind": "clipped", "clip_max": 10.0}),
         sampling=SamplingConfig(max_new_tokens=8192, max_context=32768),
         evaluator=_CUDA_EVAL,
-        data=DataConfig(sources=[{"kind": "jsonl", "path": "data/ops6k.jsonl"}],
+        data=DataConfig(sources=[{"kind": "variants_jsonl", "path": "data/cuda_l1_variants.jsonl"}],
                         eval_sources=[{"kind": "suite"}], tasks_per_step=16),
         algo=AlgoConfig(group_size=8, kl_coef=0.0),
         optim=OptimConfig(lr=1e-6, micro_batch_tokens=32768),
         stages=[
             StageConfig(name="sft", kind="sft", steps=100, optim={"lr": 1e-5}),
-            StageConfig(name="self_supervised", kind="rft", steps=50, reward={"name": "correctness"},
-                        algo={"rft_min_reward": 1.0}),
+            StageConfig(name="self_supervised", kind="rft", steps=50, reward={"config": "correctness"},
+                        algo={"rft_min_reward": 1.0, "rft_collect_rounds": 4, "rft_batch_size": 16}),
             StageConfig(name="contrastive_rl", kind="grpo", steps=200, algo={"contrastive_variants": 4}),
         ],
         checkpoint_every=10,
@@ -340,7 +424,7 @@ def kevin() -> RunConfig:
     returns discounted with γ = 0.4 and normalised across the group's turns."""
     return RunConfig(
         name="kevin", seed=0, device="cuda", model=_BIG_MODEL,
-        reward=RewardScheme("kevin"),
+        reward=RewardConfig("kevin"),
         sampling=SamplingConfig(max_new_tokens=4096, max_turns=4, max_context=32768),
         evaluator=_CUDA_EVAL,
         data=DataConfig(sources=[{"kind": "jsonl", "path": "data/ops6k.jsonl"}],

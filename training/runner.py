@@ -20,9 +20,19 @@ from typing import Any
 import numpy as np
 import torch
 
+from agent.prompts import Variant, system_prompt, task_prompt
 from training import checkpoint as ckpt
-from training.data import TrainingTask, check_contamination, ops_jsonl_tasks, suite_tasks, synthetic_tasks
-from training.evaluation import EvaluatorScorer, SyntheticScorer
+from training.data import (
+    TrainingTask,
+    check_contamination,
+    ops_jsonl_tasks,
+    suite_tasks,
+    synthetic_tasks,
+    variants_jsonl_tasks,
+)
+from training.evaluation import make_environment, make_evaluator_pool
+from training.exemplars import ExemplarStore
+from training.generation import GenerationBackend, OpenAICompletionsBackend, PolicyBackend
 from training.metrics import (
     BaseSink,
     CheckpointInfo,
@@ -31,12 +41,11 @@ from training.metrics import (
     MetricsSink,
     RunMetrics,
     TrajectorySample,
+    is_correct,
     rollout_metrics,
 )
-from training.policy import Generator, PolicyGenerator, Sampling, build_model, build_tokenizer, frozen_copy
-from training.prompting import PromptSettings, build_prompt
+from training.policy import Generator, PolicyGenerator, build_model, build_tokenizer, frozen_copy
 from training.recipes import RL_KINDS, RunConfig, StageConfig
-from training.rewards import is_correct
 from training.rollout import CollectSettings, Rollout, RolloutCollector
 from training.trainer import Trainer
 from training.value import CriticModel
@@ -84,6 +93,8 @@ def _from_sources(sources: list[dict[str, Any]], device: str) -> list[TrainingTa
             out += suite_tasks(device, src.get("names"))
         elif kind == "jsonl":
             out += ops_jsonl_tasks(src["path"])
+        elif kind == "variants_jsonl":
+            out += variants_jsonl_tasks(src["path"])
         elif kind == "synthetic":
             out += synthetic_tasks(int(src.get("n", 4)))
         else:
@@ -91,9 +102,13 @@ def _from_sources(sources: list[dict[str, Any]], device: str) -> list[TrainingTa
     return out
 
 
+SftSequence = tuple[list[int], list[int], list[tuple[int, int]]]  # token ids, action mask, turn spans
+
+
 class _Run:
     def __init__(self, config: RunConfig, out_dir: Path, sink: MetricsSink, generator: Generator | None,
-                 scorer_factory: Callable[[RunConfig, StageConfig, Any], Any] | None) -> None:
+                 environment_factory: Callable[[RunConfig, StageConfig, Any], Any] | None,
+                 backend: GenerationBackend | None = None) -> None:
         self.config = config
         self.out_dir = out_dir
         self.sink = sink
@@ -101,49 +116,50 @@ class _Run:
         self.policy = build_model(config.model, self.tokenizer, seed=config.seed).to(config.device)
         self.trainer = Trainer(self.policy, optim=config.optim, pad_id=self.tokenizer.pad_token_id,
                                device=config.device)
-        self.generator = generator or PolicyGenerator(self.policy, self.tokenizer)
-        self.scorer_factory = scorer_factory
+        self.backend: GenerationBackend = backend or self.make_backend(generator)
+        self.environment_factory = environment_factory
         self.tasks, self.contamination = load_tasks(config)
         self.pool: Any = None
         self.state = ckpt.RunState()
         self._workers: Any = None
         self._workers_stage: StageConfig | None = None
+        self._rft: tuple[int, list[SftSequence]] | None = None  # (stage index, kept trajectories)
 
     # -- pieces ---------------------------------------------------------------------------------------------
-    def scorer(self, stage: StageConfig) -> Any:
-        if self.scorer_factory is not None:
-            return self.scorer_factory(self.config, stage, self.tokenizer)
-        ev = self.config.evaluator
-        if ev.kind == "synthetic":
-            return SyntheticScorer(self.tokenizer.encode(ev.synthetic_target)[0], self.tokenizer.eos_token_id)
-        if self.pool is None:
-            from training.distributed import make_evaluator_pool
+    def make_backend(self, generator: Generator | None) -> GenerationBackend:
+        gen = self.config.generation
+        if gen.kind == "openai" and generator is None:
+            return OpenAICompletionsBackend(gen.base_url, gen.model, eos_token_id=self.tokenizer.eos_token_id,
+                                            timeout_s=gen.timeout_s, concurrency=gen.concurrency,
+                                            weights_dir=gen.weights_dir, reload_path=gen.reload_path,
+                                            reload_key=gen.reload_key)
+        return PolicyBackend(generator or PolicyGenerator(self.policy, self.tokenizer), self.tokenizer.eos_token_id,
+                             batch_size=gen.batch_size)
 
-            self.pool = make_evaluator_pool(ev)
-        fields = {"device": ev.device, "track": ev.track, **ev.request}
-        return EvaluatorScorer(self.pool, self.config.stage_reward(stage), fields)
+    def environment(self, stage: StageConfig) -> Any:
+        if self.environment_factory is not None:
+            return self.environment_factory(self.config, stage, self.tokenizer)
+        if self.pool is None and self.config.evaluator.kind != "synthetic":
+            self.pool = make_evaluator_pool(self.config.evaluator)
+        return make_environment(self.config, stage, self.tokenizer, self.pool)
 
-    def step_tasks(self, step: int) -> list[TrainingTask]:
-        rng = random.Random(self.config.seed * 1_000_003 + step)
+    def step_tasks(self, step: int, round_no: int = 0) -> list[TrainingTask]:
+        rng = random.Random(self.config.seed * 1_000_003 + step * 101 + round_no)
         k = min(self.config.data.tasks_per_step, len(self.tasks))
         return rng.sample(self.tasks, k)
 
-    def prompts(self) -> PromptSettings:
-        ev = self.config.evaluator
-        return PromptSettings(style=self.config.data.prompt_style, device=ev.device, track=ev.track)
-
-    def collector(self, stage: StageConfig) -> RolloutCollector:
+    def collect_settings(self, stage: StageConfig) -> CollectSettings:
         cfg = self.config
         sampling = cfg.stage_sampling(stage)
-        algo = cfg.stage_algo(stage)
-        return RolloutCollector(
-            self.generator, self.tokenizer, self.scorer(stage),
-            sampling=Sampling(sampling.temperature, sampling.top_p, sampling.max_new_tokens),
-            settings=CollectSettings(group_size=algo.group_size, max_turns=sampling.max_turns,
-                                     stop_on_pass=sampling.stop_on_pass, eval_timeout_s=cfg.evaluator.timeout_s,
-                                     max_context=min(sampling.max_context, cfg.model.max_positions)),
-            prompts=self.prompts(),
-        )
+        return CollectSettings(group_size=cfg.stage_algo(stage).group_size, max_turns=sampling.max_turns,
+                               max_new_tokens=sampling.max_new_tokens,
+                               max_context=min(sampling.max_context, cfg.model.max_positions),
+                               temperature=sampling.temperature, top_p=sampling.top_p,
+                               max_rollout_tokens=sampling.max_rollout_tokens)
+
+    def collector(self, stage: StageConfig) -> RolloutCollector:
+        return RolloutCollector(self.backend, self.tokenizer, self.environment(stage),
+                                settings=self.collect_settings(stage), seed=self.config.seed + self.state.step)
 
     def ray_workers(self, stage: StageConfig) -> Any:
         """Ray rollout actors for this stage (placed once per stage, reused every step)."""
@@ -157,33 +173,40 @@ class _Run:
             self._workers_stage = stage
         return self._workers
 
-    # -- contrastive exemplars (CUDA-L1) -----------------------------------------------------------------------
-    def variants_for(self, k: int) -> Callable[[TrainingTask], list[dict[str, Any]]] | None:
-        if k <= 0:
-            return None
-        buffer = self.state.extra.setdefault("exemplars", {})
+    def collect(self, stage: StageConfig, tasks: list[TrainingTask]) -> list[Rollout]:
+        k = self.config.stage_algo(stage).contrastive_variants
+        store = self.exemplars()
 
-        def pick(task: TrainingTask) -> list[dict[str, Any]]:
-            found = sorted(buffer.get(task.name, []), key=lambda v: -(v["speedup"] or 0.0))[:k]
-            return sorted(found, key=lambda v: v["speedup"] or 0.0)
+        def variants_for(task: TrainingTask) -> list[Variant]:
+            return store.variants(task.name) if k > 0 else []
 
-        return pick
+        if self.config.rollout_workers > 0:
+            workers = self.ray_workers(stage)
+            workers.sync_weights(self.policy.state_dict())
+            rollouts = workers.collect(tasks, {t.name: [v.to_dict() for v in variants_for(t)] for t in tasks})
+        else:
+            rollouts = self.collector(stage).collect(tasks, variants_for)
+        self.remember(rollouts)
+        return rollouts
+
+    # -- the exemplar store (CUDA-L1), one for the whole run ----------------------------------------------------
+    def exemplars(self) -> ExemplarStore:
+        return ExemplarStore(self.state.extra.get("exemplars"))
 
     def remember(self, rollouts: list[Rollout]) -> None:
-        buffer = self.state.extra.setdefault("exemplars", {})
+        store = self.exemplars()
         for r in rollouts:
             for t in r.turns:
                 res = t.outcome.result
-                if res is None or not is_correct(res):
-                    continue
-                from training.prompting import extract_kernel
+                if res is not None and is_correct(res) and t.outcome.kernel_source:
+                    store.add(r.task_name, t.outcome.kernel_source, (res.get("speedup") or {}).get("eager"))
+        self.state.extra["exemplars"] = store.to_dict()
 
-                source, _ = extract_kernel(t.text)
-                if source:
-                    entries = buffer.setdefault(r.task_name, [])
-                    entries.append({"source": source, "speedup": (res.get("speedup") or {}).get("eager"),
-                                    "status": "passed"})
-                    del entries[:-32]
+    def remember_variants(self, tasks: list[TrainingTask]) -> None:
+        store = self.exemplars()
+        for task in tasks:
+            store.add_many(task.name, task.variants)
+        self.state.extra["exemplars"] = store.to_dict()
 
     # -- model lifecycle ------------------------------------------------------------------------------------
     def ref_path(self, stage_index: int) -> Path:
@@ -203,10 +226,14 @@ class _Run:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 torch.save(ref.state_dict(), path)
             self.trainer.ref = ref
-        if stage.kind in CRITIC_KINDS and self.trainer.critic is None:
-            # CUDA Agent initialises the critic from the policy as it stands when the critic is needed.
+        fresh_critic = stage.kind == "critic_warmup" and not resumed_mid_stage
+        if stage.kind in CRITIC_KINDS and (self.trainer.critic is None or fresh_critic):
+            # The critic starts as a copy of the policy as it stands: at a critic warm-up, the actor
+            # after the stages before it (CUDA Agent: the post-RFT actor), never the base model.
             self.trainer.attach_critic(CriticModel(copy.deepcopy(self.policy)).to(cfg.device))
             self.trainer.set_optim(cfg.stage_optim(stage))
+        if stage.kind == "sft" and not resumed_mid_stage:
+            self.remember_variants(self.tasks)
 
     def modules(self) -> dict[str, Any]:
         t = self.trainer
@@ -239,32 +266,25 @@ class _Run:
         sampling = cfg.stage_sampling(stage)
         step = self.state.step + 1
         started = time.monotonic()
-        tasks = self.step_tasks(step)
         rollouts: list[Rollout] = []
         stats: dict[str, Any] = {}
         if stage.kind == "sft":
-            stats = self.trainer.sft_step(self.sft_sequences(tasks))
+            stats = self.trainer.sft_step(self.sft_sequences(self.step_tasks(step)))
+        elif stage.kind == "rft":
+            rollouts, dataset = self.rft_dataset(stage)
+            stats = self.trainer.sft_step(self.rft_batch(dataset, algo.rft_batch_size))
+            stats["kept_for_sft"] = len(dataset)
         else:
-            variants = self.variants_for(algo.contrastive_variants) if stage.kind == "grpo" else None
-            if cfg.rollout_workers > 0:
-                workers = self.ray_workers(stage)
-                workers.sync_weights(self.policy.state_dict())
-                rollouts = workers.collect(tasks)
-            else:
-                rollouts = self.collector(stage).collect(tasks, variants)
+            rollouts = self.collect(stage, self.step_tasks(step))
             norm_length = sampling.max_new_tokens * sampling.max_turns
-            if stage.kind == "rft":
-                kept = [r for r in rollouts if r.outcome_reward >= algo.rft_min_reward]
-                stats = self.trainer.sft_step([(r.token_ids(), r.action_mask(), r.turn_spans()) for r in kept])
-                stats["kept_for_sft"] = len(kept)
-            elif stage.kind == "grpo":
+            if stage.kind == "grpo":
                 stats = self.trainer.grpo_step(rollouts, algo, temperature=sampling.temperature,
                                                norm_length=norm_length)
             else:
                 stats = self.trainer.ppo_step(rollouts, algo, temperature=sampling.temperature,
                                               norm_length=norm_length, update_policy=stage.kind == "ppo")
-            if algo.contrastive_variants > 0:
-                self.remember(rollouts)
+        if stage.kind != "critic_warmup":
+            self.backend.sync_weights(self.policy, step)  # the server samples the updated policy next
         metrics = RunMetrics(step=step, stage=stage.name, stage_kind=stage.kind,
                              stage_step=self.state.stage_step + 1, lr=self.trainer.policy_opt.param_groups[0]["lr"],
                              **rollout_metrics(rollouts),
@@ -272,20 +292,72 @@ class _Run:
         metrics.step_time_s = time.monotonic() - started
         return metrics, rollouts
 
-    def sft_sequences(self, tasks: list[TrainingTask]) -> list[tuple[list[int], list[int], list[tuple[int, int]]]]:
+    # -- RFT: offline epochs over the kept trajectories ---------------------------------------------------------
+    def rft_path(self, index: int) -> Path:
+        return self.out_dir / "rft" / f"stage_{index}.json"
+
+    def rft_dataset(self, stage: StageConfig) -> tuple[list[Rollout], list[SftSequence]]:
+        """At the stage's first step: sample ``rft_collect_rounds`` rounds with the policy as it stands
+        and keep the trajectories whose episode reward reaches ``rft_min_reward`` (every part of a
+        kept episode). Stored in the run directory, so a resumed stage trains on the same data."""
+        index = self.state.stage_index
+        if self._rft is not None and self._rft[0] == index:
+            return [], self._rft[1]
+        path = self.rft_path(index)
+        if self.state.stage_step > 0 and path.exists():
+            rows = json.loads(path.read_text(encoding="utf-8"))
+            self._rft = (index, [(r["ids"], r["mask"], [tuple(s) for s in r["spans"]]) for r in rows])
+            return [], self._rft[1]
+        algo = self.config.stage_algo(stage)
+        rollouts: list[Rollout] = []
+        for round_no in range(algo.rft_collect_rounds):
+            rollouts += self.collect(stage, self.step_tasks(self.state.step + 1, round_no))
+        kept = [(r.token_ids(), r.action_mask(), r.turn_spans()) for r in rollouts
+                if r.outcome_reward >= algo.rft_min_reward and r.turns]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps([{"ids": i, "mask": m, "spans": s} for i, m, s in kept]), encoding="utf-8")
+        self._rft = (index, kept)
+        return rollouts, kept
+
+    def rft_batch(self, dataset: list[SftSequence], size: int) -> list[SftSequence]:
+        """The stage step's slice of the dataset; every epoch is a fresh seeded permutation."""
+        if not dataset:
+            return []
+        n = len(dataset)
         out = []
-        with_ref = [t for t in tasks if t.reference_kernel] or [t for t in self.tasks if t.reference_kernel]
-        if not with_ref:
-            raise ValueError("an sft stage needs training tasks with reference kernels")
-        for task in with_ref[: len(tasks)]:
-            system, user = build_prompt(task, self.prompts())
-            prompt = self.tokenizer.prompt_ids(system, user)
-            response = self.tokenizer.encode(f"```python\n{task.reference_kernel.rstrip()}\n```") + [
-                self.tokenizer.eos_token_id]
-            limit = min(self.config.sampling.max_context, self.config.model.max_positions)
-            ids = (prompt + response)[:limit]
-            mask = ([0] * len(prompt) + [1] * len(response))[:limit]
-            out.append((ids, mask, [(len(prompt), len(ids))]))
+        for position in range(self.state.stage_step * size, (self.state.stage_step + 1) * size):
+            epoch, offset = divmod(position, n)
+            order = list(range(n))
+            random.Random(self.config.seed * 31 + self.state.stage_index * 1009 + epoch).shuffle(order)
+            out.append(dataset[order[offset]])
+            if len(out) == n:
+                break  # a batch never holds one trajectory twice
+        return out
+
+    # -- SFT on correct kernels ------------------------------------------------------------------------------
+    def sft_sequences(self, tasks: list[TrainingTask]) -> list[SftSequence]:
+        """Each task's known correct kernels as replies to the agent's first prompt."""
+        with_kernels = [t for t in tasks if t.sft_kernels()] or [t for t in self.tasks if t.sft_kernels()]
+        if not with_kernels:
+            raise ValueError("an sft stage needs training tasks with correct kernels (reference kernels or a "
+                             "'variants_jsonl' source); none of the run's tasks has one")
+        ev = self.config.evaluator
+        limit = min(self.config.sampling.max_context, self.config.model.max_positions)
+        system = system_prompt(track=ev.track, device=ev.device)
+        out: list[SftSequence] = []
+        for task in with_kernels[: len(tasks)]:
+            prompt = self.tokenizer.prompt_ids(
+                system, task_prompt(task.task_source, task_name=task.name, device=ev.device, track=ev.track))
+            for kernel in task.sft_kernels():
+                response = self.tokenizer.encode(f"```python\n{kernel.rstrip()}\n```") + [self.tokenizer.eos_token_id]
+                ids = (prompt + response)[:limit]
+                if len(ids) <= len(prompt):
+                    continue  # the prompt alone fills the context: nothing to learn from
+                mask = [0] * len(prompt) + [1] * (len(ids) - len(prompt))
+                out.append((ids, mask, [(len(prompt), len(ids))]))
+        if not out:
+            raise ValueError(f"no SFT example fits in {limit} tokens: raise sampling.max_context / "
+                             "model.max_positions")
         return out
 
 
@@ -301,13 +373,15 @@ def run_training(
     config: RunConfig, *, out_dir: str | Path, sink: MetricsSink | None = None,
     cancel: Callable[[], bool] | None = None, resume: bool = False,
     generator: Generator | None = None,
-    scorer_factory: Callable[[RunConfig, StageConfig, Any], Any] | None = None,
+    environment_factory: Callable[[RunConfig, StageConfig, Any], Any] | None = None,
+    backend: GenerationBackend | None = None,
 ) -> RunResult:
     """Run (or resume) ``config`` writing into ``out_dir``; see the module docstring.
 
     ``cancel`` is polled before every step; when it returns True the run checkpoints and returns
-    ``status="cancelled"`` (resume continues from there). ``generator`` and ``scorer_factory`` replace
-    the policy's sampler and the reward (tests, scripted baselines).
+    ``status="cancelled"`` (resume continues from there). ``generator`` replaces the policy's sampler
+    (tests, scripted baselines), ``backend`` the whole generation backend (e.g. a vLLM server:
+    ``training.generation``), ``environment_factory(config, stage, tokenizer)`` the environment.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -333,7 +407,7 @@ def run_training(
     with metrics_path.open("a", encoding="utf-8") as mf, traj_path.open("a", encoding="utf-8") as tf:
         file_sink = _FileSink(JsonlSink(mf, metrics_only=True), JsonlSink(tf))
         all_sinks = FanoutSink(file_sink, sink or BaseSink())
-        run = _Run(config, out, all_sinks, generator, scorer_factory)
+        run = _Run(config, out, all_sinks, generator, environment_factory, backend)
         (out / "contamination.json").write_text(json.dumps(run.contamination, indent=2), encoding="utf-8")
         if latest is not None:
             run.restore(latest)

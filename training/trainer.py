@@ -79,7 +79,8 @@ def grpo_token_advantages(rollouts: Sequence[Rollout], batch: Batch, algo: AlgoC
                                      scale_by_std=algo.scale_rewards_by_std)
             per_turn = [[v] * len(rollouts[i].turns) for v, i in zip(values, members)]
         else:
-            returns = [discounted_turn_returns(rollouts[i].turn_rewards, algo.turn_gamma) for i in members]
+            returns = [discounted_turn_returns(rollouts[i].turn_rewards, algo.turn_gamma,
+                                               floor=rollouts[i].reward_floor) for i in members]
             per_turn = grpo_turn_advantages(returns, scale_by_std=algo.scale_rewards_by_std)
         for i, turn_adv in zip(members, per_turn):
             for (s, e), a in zip(batch.turn_spans[i], turn_adv):

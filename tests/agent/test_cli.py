@@ -52,6 +52,9 @@ def test_cli_runs_a_rollout_and_prints_json_events_and_a_summary(openai_server, 
         "--json",
         "--contrastive-file",
         str(variants),
+        "--baselines",
+        "eager",
+        "--first-pass",
     )
 
     assert done.returncode == 0, done.stderr

@@ -34,7 +34,14 @@ def _client(server, **kwargs):
 
 def _config(**overrides):
     return RolloutConfig.for_evaluation(
-        **{"trials": 2, "track": "open", "task_name": "relu_add", **overrides}
+        **{
+            "trials": 2,
+            "track": "open",
+            "task_name": "relu_add",
+            "baselines": ("eager",),
+            "target_speedup": None,
+            **overrides,
+        }
     )
 
 
@@ -231,7 +238,7 @@ def test_target_speedup_keeps_going_after_a_passing_submit_and_reuses_evaluation
     sink = ListSink()
 
     summary = run_rollout(
-        relu_task, _client(server), config=_config(target_speedup=1000.0, max_turns=3), sink=sink
+        relu_task, _client(server), config=_config(target_speedup=1000.0, target_baseline="eager", max_turns=3), sink=sink
     )
 
     assert summary.stop_reason == "max_turns"
@@ -239,7 +246,7 @@ def test_target_speedup_keeps_going_after_a_passing_submit_and_reuses_evaluation
     assert summary.best_kernel == TORCH_KERNEL
     observations = sink.of_kind("observation")
     assert observations[0].content.startswith("status: incorrect\ncorrect: false\n")
-    assert observations[1].content.startswith("Correct, but the speedup (")
+    assert observations[1].content.startswith("Correct, but the speedup over eager (")
     assert "is below the target 1e+03x; keep optimising.\nsubmission: ACCEPTED" in observations[1].content
     assert [e.data["accepted"] for e in sink.of_kind("evaluation")] == [False, False, False]
 
@@ -322,13 +329,17 @@ def test_contrastive_variants_go_into_the_task_prompt(openai_server, relu_task):
 
 
 def test_config_round_trips_and_presets():
-    config = RolloutConfig.for_training(contrastive_variants=[Variant("x", 1.5)], baselines=["eager"])
+    config = RolloutConfig.for_training(
+        contrastive_variants=[Variant("x", 1.5)], baselines=["eager"], target_speedup=None
+    )
 
     assert RolloutConfig.for_evaluation().max_turns == 200
     assert config.max_turns == 150
     assert RolloutConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
     with pytest.raises(ValueError, match="unknown RolloutConfig fields"):
         RolloutConfig.from_dict({"max_turnz": 3})
+    with pytest.raises(ValueError, match="target_baseline 'compile' is not measured"):
+        RolloutConfig(baselines=("eager",))
 
 
 def test_transformers_client_drives_a_rollout_and_records_token_ids(relu_task):
@@ -392,3 +403,39 @@ def test_wall_clock_budget_is_checked_again_before_each_evaluation(openai_server
 
     assert (summary.stop_reason, summary.turns, summary.evaluations) == ("wall_clock", 1, 0)
     assert sink.kinds() == ["system", "user", "assistant", "summary"]
+
+
+def test_defaults_measure_torch_compile_and_keep_going_until_5_percent_over_it(openai_server, relu_task):
+    # given: three passing submissions, 2.0x / 1.02x / 1.10x over torch.compile (all faster than eager)
+    from gpu_workers.schema import EvalResult
+
+    speedups = {"a": 1.02, "b": 1.10}
+    requests = []
+
+    def evaluator(request):
+        requests.append(request)
+        tag = "b" if "VARIANT_B" in request.kernel_source else "a"
+        return EvalResult(status="passed", correct=True, reward=2.0,
+                          speedup={"eager": 2.0, "compile": speedups[tag]},
+                          timings_ms={"kernel": 1.0, "eager": 2.0, "compile": 1.0 * speedups[tag]})
+
+    server = openai_server(
+        [
+            reply(kernel_reply(TORCH_KERNEL)),
+            reply(kernel_reply(TORCH_KERNEL + "\nVARIANT_B = 1\n")),
+            reply(kernel_reply(TORCH_KERNEL + "\nVARIANT_C = 1\n")),
+        ]
+    )
+    config = RolloutConfig.for_evaluation(trials=2, track="open", task_name="relu_add", max_turns=3)
+    sink = ListSink()
+
+    # when: the loop runs with the agent's default settings
+    summary = run_rollout(relu_task, _client(server), config=config, sink=sink, evaluate_fn=evaluator)
+
+    # then: both baselines were asked for, the 1.02x kernel was not accepted, the 1.10x one was
+    assert config.baselines == ("eager", "compile") and config.target_speedup == 1.05
+    assert [r.baselines for r in requests] == [("eager", "compile")] * 2
+    assert summary.stop_reason == "success" and summary.turns == 2
+    assert [e.data["accepted"] for e in sink.of_kind("evaluation")] == [False, True]
+    first = sink.of_kind("observation")[0].content
+    assert first.startswith("Correct, but the speedup over compile (1.02x) is below the target 1.05x")

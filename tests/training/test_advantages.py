@@ -67,3 +67,31 @@ def test_masked_whiten_ignores_masked_entries():
     mask = torch.tensor([[1.0, 0.0, 1.0]])
     out = masked_whiten(x, mask)
     assert out.tolist()[0] == pytest.approx([-1.0, 0.0, 1.0], abs=1e-4)
+
+
+def test_all_failed_group_gets_zero_advantages_whatever_its_lengths():
+    # given: a group whose every turn failed at CUDA Agent's -1 floor, rollouts of 1, 2 and 3 turns
+    from training.recipes import AlgoConfig
+    from training.rollout import Rollout, Turn, TurnOutcome
+    from training.trainer import batch_from_rollouts, grpo_token_advantages
+
+    rollouts = []
+    for index, turns in enumerate((1, 2, 3)):
+        r = Rollout(task_name="t", group=0, index=index, prompt_ids=[1], reward_floor=-1.0)
+        r.turns = [Turn(action_ids=[2, 3], text="", outcome=TurnOutcome(-1.0, "incorrect"), observation_ids=[4])
+                   for _ in range(turns)]
+        rollouts.append(r)
+    batch = batch_from_rollouts(rollouts, pad_id=0)
+
+    # when: per-turn discounted credit (Kevin) is normalised over the group
+    adv = grpo_token_advantages(rollouts, batch, AlgoConfig(turn_credit="discounted", turn_gamma=0.4))
+
+    # then: nothing to learn from, so nothing is pushed: every advantage is exactly 0
+    assert discounted_turn_returns([-1.0, -1.0, -1.0], 0.4, floor=-1.0) == [0.0, 0.0, 0.0]
+    assert discounted_turn_returns([-1.0, -1.0, -1.0], 0.4) == pytest.approx([-1.56, -1.4, -1.0])
+    assert torch.count_nonzero(adv).item() == 0
+
+
+def test_floor_relative_returns_keep_the_order_of_a_mixed_group():
+    # a success at turn 2 (reward 3, floor -1): u = (0, 4) -> G = (1.6, 4.0)
+    assert discounted_turn_returns([-1.0, 3.0], 0.4, floor=-1.0) == pytest.approx([1.6, 4.0])

@@ -2,30 +2,25 @@ import importlib.util
 
 import pytest
 
+from gpu_workers.workers.pool import LocalPool
 from training.data import synthetic_tasks
-from training.distributed import (
-    RAY_MISSING,
-    LocalRolloutWorkers,
-    init_ray,
-    make_evaluator_pool,
-    ray_available,
-)
-from training.evaluation import SyntheticScorer
-from training.policy import ByteTokenizer, ModelSpec, PolicyGenerator, Sampling, build_model
-from training.prompting import PromptSettings
+from training.distributed import RAY_MISSING, LocalRolloutWorkers, init_ray, ray_available
+from training.evaluation import make_evaluator_pool
+from training.generation import PolicyBackend
+from training.policy import ByteTokenizer, ModelSpec, PolicyGenerator, build_model
 from training.recipes import EvaluatorConfig
-from training.rollout import CollectSettings, RolloutCollector
+from training.rollout import CollectSettings, RolloutCollector, SyntheticEnvironment
 
 
 def test_local_path_without_ray():
-    pool = make_evaluator_pool(EvaluatorConfig(workers=1, use_ray=False))
-    assert hasattr(pool, "submit")
+    pool = make_evaluator_pool(EvaluatorConfig(workers=3, use_ray=False))
+    assert isinstance(pool, LocalPool) and pool.workers == 3  # gpu_workers' own pool, not a second one
     pool.shutdown()
     tok = ByteTokenizer()
     collector = RolloutCollector(
-        PolicyGenerator(build_model(ModelSpec(max_positions=64), tok, seed=0), tok),
-        tok, SyntheticScorer(ord("a"), tok.eos_token_id), sampling=Sampling(max_new_tokens=4),
-        settings=CollectSettings(group_size=2, max_context=64), prompts=PromptSettings(style="short"))
+        PolicyBackend(PolicyGenerator(build_model(ModelSpec(max_positions=64), tok, seed=0), tok), tok.eos_token_id),
+        tok, SyntheticEnvironment(ord("a"), tok.eos_token_id),
+        settings=CollectSettings(group_size=2, max_new_tokens=4, max_context=64))
     workers = LocalRolloutWorkers(collector)
     workers.sync_weights({})
     rollouts = workers.collect(synthetic_tasks(2))
@@ -36,9 +31,9 @@ def test_local_path_without_ray():
 def test_missing_ray_is_a_clear_error():
     with pytest.raises(RuntimeError, match="Ray is not installed"):
         init_ray()
-    with pytest.raises(RuntimeError) as err:
+    with pytest.raises(RuntimeError, match=r"RayPool needs ray: pip install 'kernelcourt\[ray\]'"):
         make_evaluator_pool(EvaluatorConfig(use_ray=True))
-    assert str(err.value) == RAY_MISSING
+    assert RAY_MISSING.startswith("Ray is not installed")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed")
@@ -58,20 +53,17 @@ def test_ray_rollout_workers_on_a_local_cluster():
 
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed")
 def test_ray_evaluator_pool_scores_a_kernel():
+    from gpu_workers import EvalRequest
     from gpu_workers.suite import get_task
-    from training.data import TrainingTask
-    from training.evaluation import EvaluatorScorer, wait_outcomes
-    from training.rewards import RewardScheme
 
     pool = make_evaluator_pool(EvaluatorConfig(use_ray=True, device="cpu", workers=1))
-    scorer = EvaluatorScorer(pool, RewardScheme("correctness"),
-                             {"device": "cpu", "track": "open", "trials": 2, "baselines": ["eager"],
-                              "timing_budget_s": 0.2})
-    reply = "```python\nimport torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n" \
-            "    def forward(self, x):\n        return x * torch.sigmoid(x)\n```\n"
-    task = TrainingTask("silu", get_task("silu").task_source)
-    (outcome,) = wait_outcomes([scorer.submit(task, reply, [])], timeout_s=300, floor=0.0)
-    assert (outcome.status, outcome.reward) == ("passed", 1.0)
+    kernel = ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+              "    def forward(self, x):\n        return x * torch.sigmoid(x)\n")
+    request = EvalRequest(task_source=get_task("silu").task_source, kernel_source=kernel, device="cpu",
+                          track="open", trials=2, baselines=("eager",), timing_budget_s=0.2,
+                          reward_config={"kind": "binary"})
+    result = pool.submit(request).result(timeout=300)
+    assert (result.status, result.reward) == ("passed", 1.0)
     pool.shutdown()
 
 

@@ -1,20 +1,22 @@
-"""End to end on the CPU: scripted replies → the real evaluator (open track) → a GRPO and a PPO step
-of a tiny random Llama on those exact token ids."""
+"""End to end on the CPU: scripted replies → the agent's loop with the real evaluator (open track) as
+its tools → a GRPO and a PPO step of a tiny random Llama on those exact token ids."""
 
 import math
-import time
+import threading
 
 import pytest
 import torch
 
+from agent.tools import describe_verify
+from gpu_workers import EvalResult
+from gpu_workers.workers.pool import LocalPool
+from gpu_workers.reward import compute_reward, resolve_reward_config
 from gpu_workers.suite import get_task
 from training.data import TrainingTask
-from training.evaluation import EvaluatorScorer, ThreadEvaluatorPool, make_local_pool
-from training.policy import ByteTokenizer, ModelSpec, Sampling, ScriptedGenerator, build_model
-from training.prompting import PromptSettings
+from training.generation import PolicyBackend
+from training.policy import ByteTokenizer, ModelSpec, ScriptedGenerator, build_model
 from training.recipes import AlgoConfig, OptimConfig
-from training.rewards import RewardScheme, compute_reward
-from training.rollout import CollectSettings, RolloutCollector
+from training.rollout import AgentEnvironment, CollectSettings, RolloutCollector
 from training.trainer import Trainer, batch_from_rollouts
 from training.value import CriticModel
 
@@ -34,38 +36,78 @@ class ModelNew(nn.Module):
 """
 WRONG = GOOD.replace("x * torch.sigmoid(x)", "torch.sigmoid(x)")
 NO_CODE = "I am not sure how to do this."
-REQUEST = {"device": "cpu", "track": "open", "trials": 2, "baselines": ("eager",), "timing_budget_s": 0.2}
+REQUEST = {"trials": 2, "baselines": ["eager"], "timing_budget_s": 0.2}
+LEVELS = resolve_reward_config("cuda_agent_levels")
+SETTINGS = CollectSettings(group_size=3, max_turns=1, max_new_tokens=512, max_context=8192)
+
+
+def environment(pool, **overrides):
+    return AgentEnvironment(**{"pool": pool, "reward_config": LEVELS, "device": "cpu", "track": "open",
+                               "request": REQUEST, "timeout_s": 300, **overrides})
+
+
+def collector(tok, script, env, settings=SETTINGS):
+    return RolloutCollector(PolicyBackend(ScriptedGenerator(tok, script), tok.eos_token_id), tok, env,
+                            settings=settings)
 
 
 @pytest.fixture(scope="module")
 def evaluated():
-    suite = get_task("silu")
-    task = TrainingTask(name="silu", task_source=suite.task_source)
+    task = TrainingTask(name="silu", task_source=get_task("silu").task_source)
     tok = ByteTokenizer()
     replies = [GOOD, WRONG, NO_CODE]
-    generator = ScriptedGenerator(tok, lambda prompt, i: replies[i % 3])
-    pool = make_local_pool(2)
-    collector = RolloutCollector(
-        generator, tok, EvaluatorScorer(pool, RewardScheme("cuda_agent"), REQUEST),
-        sampling=Sampling(max_new_tokens=512), prompts=PromptSettings(style="short"),
-        settings=CollectSettings(group_size=3, max_turns=1, eval_timeout_s=300, max_context=1024))
-    rollouts = collector.collect([task])
-    pool.shutdown()
+    with LocalPool(workers=2) as pool:
+        rollouts = collector(tok, lambda prompt, i: replies[i % 3], environment(pool)).collect([task])
     return tok, rollouts
 
 
 def tiny(tok):
-    return build_model(ModelSpec(max_positions=1024), tok, seed=0)
+    return build_model(ModelSpec(max_positions=8192), tok, seed=0)
 
 
-def test_rewards_come_from_the_real_evaluator(evaluated):
+def test_rewards_come_from_the_real_evaluator_under_the_reward_config(evaluated):
     _, rollouts = evaluated
     statuses = [r.turns[0].outcome.status for r in rollouts]
     assert statuses == ["passed", "incorrect", "format_error"]
     good = rollouts[0].turns[0].outcome
-    assert good.result["correct"] is True and good.latency_s > 0
-    assert good.reward == compute_reward(good.result, RewardScheme("cuda_agent")) and good.reward >= 1.0
+    assert good.result["correct"] is True and good.latency_s > 0 and good.tool == "submit"
+    assert good.result["reward_config"]["name"] == "cuda_agent_levels"
+    assert good.reward == compute_reward(EvalResult.from_dict(good.result), LEVELS) and good.reward >= 1.0
     assert [r.outcome_reward for r in rollouts[1:]] == [-1.0, -1.0]
+    assert [r.stop_reason for r in rollouts] == ["success", "max_turns", "max_turns"]
+
+
+def test_prompt_is_the_agents_and_only_the_reply_is_the_policys(evaluated):
+    tok, rollouts = evaluated
+    good = rollouts[0]
+    text = tok.decode(good.prompt_ids)
+    assert "ACTION: compile" in text and "class ModelNew" in text  # the agent's system prompt
+    assert get_task("silu").task_source.strip() in text
+    assert good.action_mask() == [0] * len(good.prompt_ids) + [1] * len(good.turns[0].action_ids)
+    assert tok.decode(good.turns[0].action_ids) == GOOD
+
+
+def test_multi_turn_agent_rollout_honours_action_lines_and_masks_observations():
+    # given: turn 1 asks to verify a wrong kernel, turn 2 submits the right one
+    tok = ByteTokenizer()
+    task = TrainingTask(name="silu", task_source=get_task("silu").task_source)
+    replies = [WRONG + "\nACTION: verify\n", GOOD]
+    settings = CollectSettings(group_size=1, max_turns=3, max_new_tokens=512, max_context=8192)
+    with LocalPool(workers=1) as pool:
+        (rollout,) = collector(tok, lambda p, i: replies[i], environment(pool), settings).collect([task])
+
+    # then: the verify tool ran and answered with the agent's own observation, masked out of the loss
+    first, second = rollout.turns
+    assert (first.outcome.tool, first.outcome.status, first.outcome.reward) == ("verify", "incorrect", -1.0)
+    assert first.observation == describe_verify(EvalResult.from_dict(first.outcome.result), 4096)
+    assert first.observation_ids == tok.observation_ids(first.observation)
+    assert (second.outcome.tool, second.outcome.status) == ("submit", "passed")
+    assert rollout.stop_reason == "success" and second.observation_ids == []
+    mask = rollout.action_mask()
+    start = len(rollout.prompt_ids) + len(first.action_ids)
+    assert mask[start : start + len(first.observation_ids)] == [0] * len(first.observation_ids)
+    assert sum(mask) == len(first.action_ids) + len(second.action_ids)
+    assert rollout.outcome_reward == second.outcome.reward >= 1.0
 
 
 def test_grpo_step_on_evaluated_rollouts(evaluated):
@@ -99,21 +141,24 @@ def test_ppo_step_with_critic_on_evaluated_rollouts(evaluated):
     assert not torch.equal(head_before, critic.value_head.proj.weight)
 
 
-def test_timed_out_evaluation_gets_the_floor_and_is_recorded():
-    def slow(request):
-        time.sleep(2.0)
-        raise AssertionError("never awaited")
+def test_timed_out_evaluation_gets_the_failure_reward_and_is_recorded():
+    # given: an evaluator that never answers until the test lets it go
+    release = threading.Event()
+
+    def stuck(request):
+        release.wait()
+        return EvalResult(status="passed", correct=True)
 
     tok = ByteTokenizer()
-    pool = ThreadEvaluatorPool(1, evaluate_fn=slow)
     task = TrainingTask(name="silu", task_source=get_task("silu").task_source)
-    collector = RolloutCollector(
-        ScriptedGenerator(tok, lambda p, i: GOOD), tok, EvaluatorScorer(pool, RewardScheme("cuda_agent"), REQUEST),
-        sampling=Sampling(max_new_tokens=512), prompts=PromptSettings(style="short"),
-        settings=CollectSettings(group_size=2, eval_timeout_s=0.2, max_context=1024))
-    started = time.monotonic()
-    rollouts = collector.collect([task])
-    assert time.monotonic() - started < 1.5
+    settings = CollectSettings(group_size=2, max_turns=1, max_new_tokens=512, max_context=8192)
+    pool = LocalPool(workers=2, evaluate_fn=stuck)
+    try:
+        env = environment(pool, timeout_s=0.2, failure_reward=-2.0)
+        rollouts = collector(tok, lambda p, i: GOOD, env, settings).collect([task])
+    finally:
+        release.set()
+        pool.shutdown()
     outcomes = [r.turns[0].outcome for r in rollouts]
-    assert [(o.status, o.reward, o.timed_out) for o in outcomes] == [("timeout", -1.0, True)] * 2
-    pool.shutdown()
+    assert [(o.status, o.reward, o.timed_out) for o in outcomes] == [("timeout", -2.0, True)] * 2
+    assert outcomes[0].error.endswith("EvaluationTimeout: evaluation did not finish within 0.2 s")

@@ -1,9 +1,8 @@
 import io
 import json
 
-from training.evaluation import TurnOutcome
 from training.metrics import JsonlSink, RunMetrics, TrajectorySample, rollout_metrics
-from training.rollout import Rollout, Turn
+from training.rollout import Rollout, Turn, TurnOutcome
 
 
 def rollout(*outcomes, index=0):

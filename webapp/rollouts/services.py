@@ -42,6 +42,7 @@ __all__ = [
     "rollout_event_store",
     "rollout_finish",
     "rollout_launch",
+    "rollout_launch_local_suite",
     "rollout_launch_suite",
     "rollout_error_event",
     "rollout_run",
@@ -70,6 +71,10 @@ USER_SETTINGS = frozenset(
 )
 DEVICES = ("cpu", "cuda")
 SUITE_MAX_TASKS = 1000
+# A rollout whose base_url starts with this runs a local Hugging Face directory (an exported training
+# checkpoint) in the agent worker. Only trusted services create such rows: _base_url_check refuses
+# the scheme in anything a user sends.
+LOCAL_MODEL_SCHEME = "local:"
 
 
 def _base_url_check(base_url: str) -> str:
@@ -119,6 +124,9 @@ def rollout_config_build(*, task: Task, settings: dict[str, Any] | None) -> dict
         "max_turns": max_turns,
         "task_name": task.name,
     }
+    if "target_speedup" not in given and "compile" not in tuple(values["baselines"]):
+        # the agent's default target is 1.05x over torch.compile: without that baseline, no target
+        values["target_speedup"] = None
     variants = []
     if contrastive:
         variants = selectors.contrastive_variants(task_id=task.pk, track=track)
@@ -215,42 +223,85 @@ def rollout_launch_suite(
     api_key: str | None = None,
 ) -> RolloutBatch:
     """One rollout per task of a suite (optionally one level), all or nothing."""
-    tasks = Task.objects.filter(suite=suite)
-    if level is not None:
-        tasks = tasks.filter(level=level)
-    tasks = list(tasks.order_by("level", "name", "id")[: SUITE_MAX_TASKS + 1])
-    if not tasks:
-        raise InvalidInput(
-            f"no tasks in suite {suite!r}" + (f" at level {level}" if level is not None else "")
-        )
-    if len(tasks) > SUITE_MAX_TASKS:
-        raise InvalidInput(
-            f"suite {suite!r} has more than {SUITE_MAX_TASKS} tasks; launch one level at a time"
-        )
+    tasks = _suite_tasks(suite=suite, level=level)
     with transaction.atomic():
         submitter, base_url, model = _launch_common(
             submitter_name=submitter_name, submitter_kind=submitter_kind, base_url=base_url, model=model
         )
-        batch = RolloutBatch.objects.create(
-            suite=suite,
-            level=level,
+        return _batch_create(
+            tasks=tasks, suite=suite, level=level, submitter=submitter, base_url=base_url, model=model,
+            settings=settings, created_by=created_by, api_key=api_key,
+        )
+
+
+def rollout_launch_local_suite(
+    *,
+    suite: str,
+    submitter: Submitter,
+    model_dir: str,
+    settings: dict[str, Any] | None = None,
+    level: int | None = None,
+    created_by: Any = None,
+) -> RolloutBatch:
+    """One rollout per task of a suite with a local Hugging Face directory as the model (e.g. an
+    exported training checkpoint), under ``submitter``; for trusted callers only (the path is
+    loaded by the agent worker)."""
+    tasks = _suite_tasks(suite=suite, level=level)
+    with transaction.atomic():
+        return _batch_create(
+            tasks=tasks, suite=suite, level=level, submitter=submitter,
+            base_url=LOCAL_MODEL_SCHEME + model_dir, model=model_dir, settings=settings, created_by=created_by,
+        )
+
+
+def _suite_tasks(*, suite: str, level: int | None) -> list[Task]:
+    tasks = Task.objects.filter(suite=suite)
+    if level is not None:
+        tasks = tasks.filter(level=level)
+    found = list(tasks.order_by("level", "name", "id")[: SUITE_MAX_TASKS + 1])
+    if not found:
+        raise InvalidInput(
+            f"no tasks in suite {suite!r}" + (f" at level {level}" if level is not None else "")
+        )
+    if len(found) > SUITE_MAX_TASKS:
+        raise InvalidInput(
+            f"suite {suite!r} has more than {SUITE_MAX_TASKS} tasks; launch one level at a time"
+        )
+    return found
+
+
+def _batch_create(
+    *,
+    tasks: list[Task],
+    suite: str,
+    level: int | None,
+    submitter: Submitter,
+    base_url: str,
+    model: str,
+    settings: dict[str, Any] | None,
+    created_by: Any,
+    api_key: str | None = None,
+) -> RolloutBatch:
+    batch = RolloutBatch.objects.create(
+        suite=suite,
+        level=level,
+        submitter=submitter,
+        base_url=base_url,
+        model=model,
+        settings=dict(settings or {}),
+        created_by=created_by if getattr(created_by, "is_authenticated", False) else None,
+    )
+    for task in tasks:
+        _rollout_create(
+            task=task,
             submitter=submitter,
             base_url=base_url,
             model=model,
-            settings=dict(settings or {}),
-            created_by=created_by if getattr(created_by, "is_authenticated", False) else None,
+            settings=settings,
+            created_by=created_by,
+            batch=batch,
+            api_key=api_key,
         )
-        for task in tasks:
-            _rollout_create(
-                task=task,
-                submitter=submitter,
-                base_url=base_url,
-                model=model,
-                settings=settings,
-                created_by=created_by,
-                batch=batch,
-                api_key=api_key,
-            )
     return batch
 
 
@@ -400,18 +451,12 @@ def rollout_finish(*, rollout_id: int, summary: Any, time_limit_error: str = "")
 
 
 def _rollout_execute(ctx: JobContext, api_key: str | None) -> Any:
-    from agent import OpenAIChatClient, RolloutConfig, run_rollout
+    from agent import RolloutConfig, run_rollout
 
     rollout = Rollout.objects.select_related("task").get(pk=ctx.job_id)
     start_seq = selectors.rollout_last_seq(rollout_id=ctx.job_id) + 1  # a re-claimed row continues
     config = RolloutConfig.from_dict(rollout.config)
-    client = OpenAIChatClient(
-        rollout.base_url,
-        rollout.model,
-        api_key=api_key or getattr(django_settings, "KERNELCOURT_LLM_API_KEY", None) or None,
-        timeout_s=conf.llm_timeout_s(),
-        max_retries=conf.llm_max_retries(),
-    )
+    client = _client_for(rollout, api_key)
     try:
         return run_rollout(
             rollout.task.source,
@@ -423,7 +468,8 @@ def _rollout_execute(ctx: JobContext, api_key: str | None) -> Any:
             start_seq=start_seq,
         )
     finally:
-        client.close()
+        if hasattr(client, "close"):
+            client.close()
 
 
 def _rollout_store(ctx: JobContext, summary: Any) -> Rollout:
@@ -458,3 +504,23 @@ ROLLOUT_JOB = JobKind(
     time_limit_s=conf.soft_time_limit_s,
     cancelled_fields={"stop_reason": "cancelled"},
 )
+
+
+def _client_for(rollout: Rollout, api_key: str | None) -> Any:
+    """The rollout's model: an OpenAI-compatible endpoint, or a local Hugging Face directory."""
+    if rollout.base_url.startswith(LOCAL_MODEL_SCHEME):
+        import torch
+
+        from agent import TransformersChatClient
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        return TransformersChatClient.from_pretrained(rollout.base_url[len(LOCAL_MODEL_SCHEME) :], device=device)
+    from agent import OpenAIChatClient
+
+    return OpenAIChatClient(
+        rollout.base_url,
+        rollout.model,
+        api_key=api_key or getattr(django_settings, "KERNELCOURT_LLM_API_KEY", None) or None,
+        timeout_s=conf.llm_timeout_s(),
+        max_retries=conf.llm_max_retries(),
+    )

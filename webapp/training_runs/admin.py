@@ -1,5 +1,5 @@
 """Admin: launch (the add view is the launch form, through the service), cancel action, and
-read-only metrics, samples and checkpoints."""
+read-only metrics, samples and checkpoints (with an action that puts a checkpoint on the leaderboard)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from django.contrib import admin, messages
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 
-from . import services
+from . import conf, services
 from .forms import TrainingLaunchForm
 from .models import TrainingCheckpoint, TrainingMetric, TrainingRun, TrainingSample
 
@@ -76,3 +76,17 @@ class TrainingSampleAdmin(_ReadOnly):
 class TrainingCheckpointAdmin(_ReadOnly):
     list_display = ("run", "step", "stage", "submitter", "path")
     raw_id_fields = ("run", "submitter")
+    actions = ["evaluate_on_leaderboard"]
+
+    @admin.action(description="Evaluate on the leaderboard (the agent on the built-in suite)")
+    def evaluate_on_leaderboard(self, request, queryset):
+        for checkpoint in queryset:
+            try:
+                batch = services.training_checkpoint_leaderboard(
+                    run_id=checkpoint.run_id, step=checkpoint.step, suite=conf.leaderboard_suite(),
+                    created_by=request.user,
+                )
+            except services.InvalidInput as exc:
+                self.message_user(request, f"{checkpoint}: {exc}", messages.ERROR)
+            else:
+                self.message_user(request, f"{checkpoint}: rollout batch {batch.pk} queued.", messages.INFO)

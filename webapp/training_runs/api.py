@@ -1,5 +1,5 @@
 """The training API (django-ninja, mounted at /api/training): launch, list, detail, metrics,
-samples, cancel. Writes need a Bearer token."""
+samples, cancel, a checkpoint onto the leaderboard. Writes need a Bearer token."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from webapp.accounts.auth import ApiTokenAuth
 from . import conf, selectors, services
 from .models import TrainingRun
 from .schemas import (
+    CheckpointLeaderboardIn,
+    CheckpointLeaderboardOut,
     ErrorOut,
     MetricPage,
     SampleList,
@@ -120,3 +122,21 @@ def cancel(request: HttpRequest, run_id: int):
         return services.training_run_cancel(run_id=run_id)
     except TrainingRun.DoesNotExist:
         return Status(404, {"detail": f"no training run {run_id}"})
+
+
+@router.post(
+    "/{run_id}/checkpoints/{step}/leaderboard",
+    response={202: CheckpointLeaderboardOut, 422: ErrorOut},
+    auth=auth,
+)
+def checkpoint_leaderboard(request: HttpRequest, run_id: int, step: int, payload: CheckpointLeaderboardIn):
+    """Evaluate a checkpoint on a suite through the agent; its passing kernels enter the leaderboard
+    as the checkpoint's submitter (rollouts queued on the ``agent`` queue)."""
+    try:
+        batch = services.training_checkpoint_leaderboard(
+            run_id=run_id, step=step, suite=payload.suite, level=payload.level, settings=payload.settings,
+            created_by=request.user,
+        )
+    except services.InvalidInput as exc:
+        return Status(422, {"detail": str(exc)})
+    return Status(202, {"batch_id": batch.pk, "submitter": batch.submitter.name, "rollouts": batch.rollouts.count()})

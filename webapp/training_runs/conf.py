@@ -27,3 +27,8 @@ CONFIGS_DIR = Path(settings.BASE_DIR) / "training" / "configs"
 METRICS_PAGE_MAX = 1000
 PAGE_METRICS_MAX = 5000  # steps embedded in the run page; the websocket sends the rest
 SAMPLES_PER_STEP_MAX = 64
+
+
+def leaderboard_suite() -> str:
+    """The suite the admin action evaluates a checkpoint on (the built-in suite by default)."""
+    return _setting("TRAINING_LEADERBOARD_SUITE", "arena")

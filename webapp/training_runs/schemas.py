@@ -113,3 +113,18 @@ class SampleList(Schema):
 
 class ErrorOut(Schema):
     detail: str
+
+
+class CheckpointLeaderboardIn(Schema):
+    """Evaluate a checkpoint on a suite through the agent: ``settings`` are the rollouts' settings
+    (track, device, max_turns, temperature, …; see the rollouts API)."""
+
+    suite: str
+    level: int | None = None
+    settings: dict[str, Any] | None = None
+
+
+class CheckpointLeaderboardOut(Schema):
+    batch_id: int
+    submitter: str
+    rollouts: int

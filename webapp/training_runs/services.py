@@ -55,7 +55,7 @@ __all__ = [
     "training_samples_store",
 ]
 
-SOURCE_KINDS = ("suite", "jsonl", "synthetic")
+SOURCE_KINDS = ("suite", "jsonl", "variants_jsonl", "synthetic")
 TINY_KINDS = ("tiny_llama", "tiny_gpt2")
 
 
@@ -425,3 +425,53 @@ TRAINING_RUN_JOB = JobKind(
     ring=lambda run_id: _ring(run_id),
     time_limit_s=conf.soft_time_limit_s,
 )
+
+
+# --- a checkpoint on the leaderboard ---------------------------------------------------------------
+
+
+def training_checkpoint_leaderboard(
+    *,
+    run_id: int,
+    step: int,
+    suite: str,
+    level: int | None = None,
+    settings: dict[str, Any] | None = None,
+    created_by: Any = None,
+) -> Any:
+    """Evaluate checkpoint ``step`` of a run on a suite through the agent, as that checkpoint's
+    leaderboard submitter: the checkpoint is exported once as a Hugging Face directory (next to the
+    run's checkpoints), then one rollout per suite task runs it in the agent worker; each rollout's
+    passing best kernel enters the leaderboard under the checkpoint's Submitter. Returns the
+    RolloutBatch. ``settings`` are the rollouts' (track, device, max_turns, …)."""
+    from pathlib import Path
+
+    from training.export import EXPORT_INFO, ExportError, export_checkpoint
+    from webapp.rollouts.services import rollout_launch_local_suite
+
+    checkpoint = (
+        TrainingCheckpoint.objects.select_related("run", "submitter").filter(run_id=run_id, step=step).first()
+    )
+    if checkpoint is None:
+        raise InvalidInput(f"training run {run_id} has no checkpoint at step {step}")
+    run = checkpoint.run
+    if not run.out_dir:
+        raise InvalidInput(f"training run {run_id} has no run directory")
+    model_dir = Path(run.out_dir) / "exports" / f"step_{step:06d}"
+    if not (model_dir / EXPORT_INFO).exists():
+        try:
+            export_checkpoint(run.out_dir, step, model_dir)
+        except (ExportError, OSError) as exc:
+            raise InvalidInput(f"cannot export step {step} of run {run_id}: {exc}") from exc
+    submitter = checkpoint.submitter or training_checkpoint_store(
+        run_id=run_id, info={"step": step, "path": checkpoint.path, "stage": checkpoint.stage,
+                             "config_hash": checkpoint.config_hash}
+    ).submitter
+    return rollout_launch_local_suite(
+        suite=suite,
+        submitter=submitter,
+        model_dir=str(model_dir.resolve()),
+        settings=settings,
+        level=level,
+        created_by=created_by,
+    )

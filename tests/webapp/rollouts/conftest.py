@@ -51,6 +51,7 @@ def make_rollout(make_task, make_submitter):
             device="cpu",
             task_name=task.name,
             baselines=("eager",),
+            target_speedup=None,
             trials=2,
         )
         return Rollout.objects.create(
