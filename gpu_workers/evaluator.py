@@ -12,12 +12,12 @@ import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from . import judge, taskbudget, taskfacts
+from . import judge
 from .build.compile import (
     BuildContext,
     PhaseFailure,
@@ -37,6 +37,8 @@ from .sandbox.gpuslot import GpuSlot, SlotUse, gpu_slot, hold_bound
 from .schema import EvalRequest, EvalResult, Finding
 from .settings import EvaluatorSettings, current
 from .tasks import KernelFileError, validate_kernel_source, validate_task_source
+from .tasks import budget as taskbudget
+from .tasks import facts as taskfacts
 
 INIT_CONFIGS = 2
 
@@ -145,7 +147,7 @@ class _TimedSpan:
 
 # ---- phases ----------------------------------------------------------------------------------
 def _baseline_stats(entry: dict[str, Any]) -> dict[str, Any]:
-    """A baseline's timing as a result shows it: the kept sample that stands (taskfacts), every kept
+    """A baseline's timing as a result shows it: the kept sample that stands (tasks/facts.py), every kept
     sample's median and their spread."""
     if not entry.get("stats"):
         return {"error": entry.get("error")}
@@ -697,7 +699,7 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
 
 def _progress(slot: SlotUse, timeline: Timeline, cpu: CpuUse, budget: dict[str, Any]) -> dict[str, Any]:
     """Where the evaluation's time went, kept with every result that got past the static checks, and
-    what it was allowed (its task's sizing, memory limits and GPU admission: taskbudget)."""
+    what it was allowed (its task's sizing, memory limits and GPU admission: tasks/budget.py)."""
     return {"gpu_slot": slot.to_dict(), "timeline": timeline.events, "cpu_s": cpu.to_dict(), **budget}
 
 

@@ -7,6 +7,7 @@ candidate child's observations (op traces, thread counts, timings) into findings
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -184,6 +185,9 @@ class Evidence:
     timing_descheduled_ms: float | None = None  # of that wall time, the timing thread waiting for a CPU
     watch: dict[str, Any] = field(default_factory=dict)  # child/watch.py's report (strict track)
     objects: dict[str, Any] = field(default_factory=dict)  # executable mappings before/after, writable roots
+    # Processes of the candidate's tree (besides the child) found running at a message: (step, pids),
+    # the first such step only; counted by the parent at every message, from import to exit.
+    strays: list[Any] = field(default_factory=list)
 
 
 def fingerprint_mismatch(got: list[list[float] | None], want: list[list[float] | None],
@@ -203,9 +207,6 @@ def fingerprint_mismatch(got: list[list[float] | None], want: list[list[float] |
             if not math.isfinite(gi) or abs(gi - wi) > bi:
                 return f"output {k}'s projection is {gi:.6g}, the reference's {wi:.6g} (bound ±{bi:.3g})"
     return None
-    # Processes of the candidate's tree (besides the child) found running at a message: (step, pids),
-    # the first such step only; counted by the parent at every message, from import to exit.
-    strays: list[Any] = field(default_factory=list)
 
 
 def library_ops(ops: dict[str, int], allowed: list[str]) -> dict[str, int]:
@@ -275,7 +276,7 @@ def watch_findings(rule_set: dict[str, Any], report: dict[str, Any]) -> list[Fin
 def linkage_findings(rule_set: dict[str, Any], objects: dict[str, Any]) -> list[Finding]:
     """``library_binding``: the native objects the candidate could have written (linkage.py) bind
     library compute, look symbols up at run time, or cannot be read (stripped, replaced since)."""
-    from . import linkage
+    from .build import linkage
 
     if not objects or not rule_set["dynamic"].get("library_binding", {}).get("enabled", False):
         return []

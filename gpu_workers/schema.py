@@ -73,7 +73,7 @@ class EvalRequest:
     timing_budget_s: float = 2.0
     compile_timeout_s: float = 900.0
     run_timeout_s: float = 300.0
-    # Each child's memory limit; None: from the task's own bytes (gpu_workers.taskbudget).
+    # Each child's memory limit; None: from the task's own bytes (gpu_workers.tasks.budget).
     memory_limit_mb: int | None = None
     gpu_index: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)

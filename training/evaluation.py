@@ -17,7 +17,9 @@ def make_evaluator_pool(evaluator: EvaluatorConfig) -> Any:
     """``gpu_workers.workers.pool.RayPool`` (one actor per GPU, joining ``$RAY_ADDRESS``) when
     ``evaluator.use_ray``, else ``gpu_workers.workers.pool.LocalPool`` with ``evaluator.workers`` threads."""
     if evaluator.use_ray:
-        from gpu_workers.workers.pool import RayPool  # it joins $RAY_ADDRESS, or says clearly that Ray is missing
+        from gpu_workers.workers.pool import (
+            RayPool,  # it joins $RAY_ADDRESS, or says clearly that Ray is missing
+        )
 
         return RayPool(actors=None if evaluator.device == "cuda" else evaluator.workers)
     from gpu_workers.workers.pool import LocalPool

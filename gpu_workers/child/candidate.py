@@ -21,8 +21,6 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
     from ..tasks import exec_source, load_task_module
     from . import measure, timing
     from .guard import install as install_guard
-    from .perturb import construct
-    from .size import apply_constants
     from .isolation import (
         Fingerprint,
         JustInTime,
@@ -31,6 +29,8 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
         judge_ops,
         unreadable_outputs,
     )
+    from .perturb import construct
+    from .size import apply_constants
     from .watch import ForwardWatch
 
     device = device_for(setup)

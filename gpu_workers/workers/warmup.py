@@ -41,7 +41,7 @@ def warm_up(device: str, gpu_index: int | None = None, references: int = 0,
     from ..hardware import cuda_arch_list, hardware_info
     from ..sandbox import refpool
     from ..schema import EvalRequest
-    from ..taskbudget import DEFAULT_CEILING_MB
+    from ..tasks.budget import DEFAULT_CEILING_MB
 
     indices: list[int | None] = list(gpus) if device == "cuda" and gpus else [gpu_index]
     steps: dict[str, float] = {}

@@ -9,9 +9,10 @@ import time
 
 import pytest
 
-from gpu_workers import EvalRequest, evaluate, evaluator, judge, taskfacts
+from gpu_workers import EvalRequest, evaluate, evaluator, judge
 from gpu_workers.rules import default_rule_set
 from gpu_workers.sandbox import process as sandbox
+from gpu_workers.tasks import facts as taskfacts
 
 RULES = default_rule_set("strict")
 

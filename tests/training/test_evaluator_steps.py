@@ -9,9 +9,9 @@ import torch
 
 from agent.tools import describe_verify
 from gpu_workers import EvalResult
-from gpu_workers.workers.pool import LocalPool
 from gpu_workers.reward import compute_reward, resolve_reward_config
 from gpu_workers.suite import get_task
+from gpu_workers.workers.pool import LocalPool
 from training.data import TrainingTask
 from training.generation import PolicyBackend
 from training.policy import ByteTokenizer, ModelSpec, ScriptedGenerator, build_model

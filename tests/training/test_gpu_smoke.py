@@ -22,9 +22,9 @@ class ModelNew(nn.Module):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_grpo_and_ppo_steps_on_cuda_with_the_cuda_evaluator():
-    from gpu_workers.workers.pool import LocalPool
     from gpu_workers.reward import resolve_reward_config
     from gpu_workers.suite import get_task
+    from gpu_workers.workers.pool import LocalPool
     from training.data import TrainingTask
     from training.generation import PolicyBackend
     from training.policy import ByteTokenizer, ModelSpec, ScriptedGenerator, build_model

@@ -130,8 +130,8 @@ def test_render_messages_matches_the_incremental_format():
 def test_each_rollout_spends_its_own_token_budget():
     # given: the agent's environment, two episodes of one task; the first writes a long reply
     from agent.prompts import system_prompt, task_prompt
-    from gpu_workers.workers.pool import LocalPool
     from gpu_workers.reward import resolve_reward_config
+    from gpu_workers.workers.pool import LocalPool
     from training.policy import ScriptedGenerator
     from training.rollout import AgentEnvironment
 
@@ -162,8 +162,8 @@ def test_each_rollout_spends_its_own_token_budget():
 def test_a_condensed_context_starts_a_new_part_of_the_same_episode():
     # given: a context that holds two turns of the agent's conversation but not three
     from agent.prompts import system_prompt, task_prompt
-    from gpu_workers.workers.pool import LocalPool
     from gpu_workers.reward import resolve_reward_config
+    from gpu_workers.workers.pool import LocalPool
     from training.metrics import rollout_metrics
     from training.policy import ScriptedGenerator
     from training.rollout import AgentEnvironment

@@ -10,12 +10,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from . import taskfacts
-from .build.compile import PhaseFailure, child_env, child_failure
-from .build.toolchain import cache_root
-from .sandbox import gpumemory
-from .sandbox import process as sandbox
-from .schema import EvalRequest
+from ..build.compile import PhaseFailure, child_env, child_failure
+from ..build.toolchain import cache_root
+from ..sandbox import gpumemory
+from ..sandbox import process as sandbox
+from ..schema import EvalRequest
+from . import facts as taskfacts
 
 # A spawned child's address-space limit (the CPU) and a reused reference child's key: a task needs
 # more only when its own bytes say so.
@@ -88,7 +88,7 @@ def announced_bytes(request: EvalRequest, sizing: dict[str, Any], rotations: int
 
 def ledger_for(hardware: dict[str, Any]) -> gpumemory.GpuLedger | None:
     """This GPU's ledger (None on the CPU, or where the GPU's size is unknown)."""
-    from .sandbox.gpuslot import slot_name
+    from ..sandbox.gpuslot import slot_name
 
     capacity = int(hardware.get("memory_bytes") or 0)
     if hardware.get("device") != "cuda" or capacity <= 0:

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from gpu_workers import EvalRequest, evaluate, taskfacts
+from gpu_workers import EvalRequest, evaluate
+from gpu_workers.tasks import facts as taskfacts
 
-TASKS = Path(__file__).resolve().parent / "hacks" / "tasks"
+TASKS = Path(__file__).resolve().parents[1] / "hacks" / "tasks"
 KERNEL = """
 import torch
 import torch.nn as nn

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_workers import linkage
+from gpu_workers.build import linkage
 from gpu_workers.child.isolation import mapped_objects
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")

@@ -12,10 +12,10 @@ import torch
 
 from gpu_workers import EvalRequest, evaluate
 from gpu_workers.hardware import hardware_info
-from gpu_workers.taskbudget import memory_limits, neighbour_oom, task_sizing
+from gpu_workers.tasks.budget import memory_limits, neighbour_oom, task_sizing
 
 needs_gpu = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
-KERNELBENCH = Path(__file__).resolve().parents[2] / ".." / "shared" / "kernelbench"
+KERNELBENCH = Path(__file__).resolve().parents[3] / ".." / "shared" / "kernelbench"
 GIB = 1 << 30
 
 TASK = '''

@@ -1,5 +1,5 @@
 """Facts about a task that trusted children measured, kept between evaluations: each baseline's
-timing (eager, ``torch.compile``), the task's FLOP count and its sizing (``taskbudget``).
+timing (eager, ``torch.compile``), the task's FLOP count and its sizing (``tasks.budget``).
 
 A baseline timing is kept as several samples, each from a different evaluation, and their lower
 median is the one used (``spread.lower_median``), with their spread. The fastest sample was used
@@ -19,9 +19,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .build.toolchain import cache_root
-from .settings import current
-from .child.spread import summary
+from ..build.toolchain import cache_root
+from ..child.spread import summary
+from ..settings import current
 
 # What a timing means (timing.time_callable and its L2 flush), how kept samples combine (their lower
 # median) and how a window ends (with the output read, its plain cost taken off): "5". Kept baselines are

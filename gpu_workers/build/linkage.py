@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from .rules import ALLOCATION_AND_VIEW_OPS
+from ..rules import ALLOCATION_AND_VIEW_OPS
 
 LOOKUP_SYMBOLS = frozenset({
     "dlsym", "dlvsym", "dlopen", "dlmopen", "dl_iterate_phdr", "dladdr", "dladdr1", "dlinfo", "_r_debug",
