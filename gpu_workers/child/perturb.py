@@ -16,6 +16,7 @@ zeros) changes like every other value: a shortcut that assumes the constant stil
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -40,9 +41,11 @@ def perturbation(seed: int, param: Any) -> Any:
     digest.update(str((seed, tuple(data.shape), str(data.dtype))).encode())
     digest.update(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"")
     generator = torch.Generator().manual_seed(int.from_bytes(digest.digest()[:8], "little") & ((1 << 63) - 1))
-    finite = torch.nan_to_num(data.double(), nan=0.0, posinf=0.0, neginf=0.0)
-    scale = float(finite.abs().mean()) if data.numel() else 0.0
-    noise = torch.randn(data.shape, generator=generator, dtype=torch.float64) * (RELATIVE * (scale or 1.0))
+    wide = torch.float64 if data.dtype == torch.float64 else torch.float32  # no 8-byte copy of a large model
+    scale = float(data.abs().mean(dtype=torch.float64)) if data.numel() else 0.0
+    if not math.isfinite(scale):  # a parameter left uninitialised (torch.empty) may hold anything
+        scale = 0.0
+    noise = torch.randn(data.shape, generator=generator, dtype=wide) * (RELATIVE * (scale or 1.0))
     return noise.to(dtype=param.dtype, device=param.device)
 
 
@@ -111,7 +114,14 @@ def perturbed_construction(seed: int) -> Iterator[_Perturber]:
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             inputs = list(_leaves(args)) + list(_leaves(kwargs))
+            # an in-place op's target (init functions: ``kaiming_uniform_``) is perturbed after it, at
+            # its next read, from what it then holds: perturbing it first would be work thrown away
+            written = args[0] if args and getattr(func, "__name__", "").endswith("_") else None
             for t in inputs:  # a parameter is perturbed before anything reads it (or a view of it)
+                if isinstance(t, parameter):
+                    state.note(t)
+                if t is written:
+                    continue
                 if isinstance(t, parameter):
                     state.current(t)
                 else:
