@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpu_workers import EvalRequest, EvalResult, evaluate
-from gpu_workers.sandbox import refpool, zygote
+from gpu_workers.sandbox import keeper, refpool, zygote
 from gpu_workers.tasks import TaskError
 from gpu_workers.workers.pool import LocalPool
 
@@ -53,28 +53,19 @@ RUNNING_FAULTS = {
 }
 
 
-def _children(pid: int | str = "self") -> set[int]:
-    pids: set[int] = set()
+def _parent(pid: int) -> int | None:
     try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return pids
-    for tid in tids:
-        try:
-            pids.update(int(p) for p in Path(f"/proc/{pid}/task/{tid}/children").read_text().split())
-        except OSError:
-            continue
-    return pids
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _children_of_this_process() -> set[int]:
-    """Evaluation children: this process's own, and those its zygotes forked (a zygote itself lives
-    as long as the worker, and a reference child kept for the next evaluation is not left behind)."""
-    zygotes = {z.proc.pid for z in zygote.running()}
-    pids = _children() - zygotes
-    for pid in zygotes:
-        pids |= _children(pid)
-    return pids - refpool.idle_pids()
+    """Evaluation processes still running: every process below this one but its zygotes, the
+    reference children kept for the next evaluation, and those children's keepers."""
+    kept = {z.proc.pid for z in zygote.running()} | refpool.idle_pids()
+    kept |= {_parent(pid) for pid in refpool.idle_pids()}
+    return {pid for pid in keeper.descendants(os.getpid()) if keeper.running(pid)} - kept
 
 
 @pytest.fixture(scope="module")
