@@ -18,8 +18,10 @@ from gpu_workers.sandbox import zygote
 
 PROBE = r'''
 import json, os, random, sys
+with open(f"/proc/{os.getppid()}/stat") as stat:  # the parent's parent: the keeper's
+    gppid = int(stat.read().rsplit(")", 1)[1].split()[1])
 facts = {
-    "pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0), "cwd": os.getcwd(),
+    "pid": os.getpid(), "ppid": os.getppid(), "gppid": gppid, "sid": os.getsid(0), "cwd": os.getcwd(),
     "env": dict(os.environ), "fds": sorted(int(f) for f in os.listdir("/proc/self/fd")),
     "random": random.random(), "argv0": sys.argv[0],
 }
@@ -49,7 +51,8 @@ def test_a_forked_child_has_its_own_session_folder_environment_and_descriptors()
         a, b = _facts(first), _facts(second)
         forker = zygote.zygote_for(sandbox.scrubbed_env())
         assert isinstance(first.proc, zygote.ForkedProcess)
-        assert a["ppid"] == forker.proc.pid  # forked, not started with python -m
+        assert a["ppid"] == first.proc.keeper  # its keeper's child (sandbox.keeper) ...
+        assert a["gppid"] == forker.proc.pid  # ... forked, not started with python -m
         assert a["sid"] == a["pid"]  # a session of its own: killpg reaches all it starts
         assert a["cwd"] == str(first.workdir)
         expected = sandbox.scrubbed_env({"KA_PROBE": "yes"})
@@ -91,15 +94,16 @@ def test_a_dead_zygote_is_replaced_and_its_running_children_end():
     with _run_compile_child(PROBE) as child:
         assert child.proc.wait(timeout=30) == 0
         second = zygote.zygote_for(sandbox.scrubbed_env())
-        assert second is not first and _facts(child)["ppid"] == second.proc.pid
+        assert second is not first and _facts(child)["gppid"] == second.proc.pid
 
 
 def test_switched_off_children_start_with_python_m(monkeypatch):
     monkeypatch.setenv("KERNELCOURT_ZYGOTE", "0")
     with _run_compile_child(PROBE) as child:
-        assert isinstance(child.proc, subprocess.Popen)
+        assert isinstance(child.proc, sandbox.KeptProcess)
         assert child.proc.wait(timeout=60) == 0
-        assert _facts(child)["ppid"] == os.getpid()
+        assert _facts(child)["ppid"] == child.proc.keeper
+        assert _facts(child)["gppid"] == os.getpid()
 
 
 def test_the_zygote_imports_nothing_that_asks_cuda_for_its_devices_and_a_child_does_before_its_setup():
