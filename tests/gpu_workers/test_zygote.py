@@ -118,3 +118,34 @@ def test_the_zygote_imports_nothing_that_asks_cuda_for_its_devices_and_a_child_d
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "True"]
+
+
+@pytest.mark.skipif(not zygote.enabled(), reason="KERNELCOURT_ZYGOTE=0")
+def test_a_child_that_kills_its_keeper_dies_and_its_daemon_with_it():
+    # given a compile child whose module leaves a setsid daemon, prints its pid, then kills its keeper
+    from gpu_workers.sandbox import keeper
+
+    source = (
+        "import os, signal, time\n"
+        "fork, session, leave = getattr(os, 'fo' + 'rk'), getattr(os, 'set' + 'sid'), getattr(os, '_ex' + 'it')\n"
+        "r, w = os.pipe()\n"
+        "if fork() == 0:\n"
+        "    session()\n"
+        "    if fork() == 0:\n"
+        "        os.write(w, f'{os.getpid()}\\n'.encode())\n"
+        "        time.sleep(600)\n"
+        "    leave(0)\n"
+        "print('DAEMON', os.read(r, 64).decode().strip(), flush=True)\n"
+        "getattr(os, 'ki' + 'll')(os.getppid(), signal.SIGKILL)\n"
+        "time.sleep(600)\n"
+    )
+    child = sandbox.spawn("compile")
+    with child:
+        child.send({"kernel_source": source, "env": {}, "spare": False})
+        with pytest.raises(sandbox.ChildError):
+            child.recv(time.monotonic() + 120)
+
+        # then the child is gone (it dies with its keeper), and so is its daemon, which the zygote adopted
+        assert child.proc.wait(timeout=30) == -signal.SIGKILL
+        daemon = int(child.log_tail().split("DAEMON ", 1)[1].split()[0])
+        assert not keeper.running(daemon)
