@@ -83,7 +83,7 @@ def _children_by_scan(pid: int) -> list[int]:
             continue
         try:
             with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as handle:
-                if int(handle.read().rsplit(")", 1)[1].split()[2]) == pid:
+                if int(handle.read().rsplit(")", 1)[1].split()[1]) == pid:
                     found.append(int(name))
         except (OSError, ValueError, IndexError):
             continue

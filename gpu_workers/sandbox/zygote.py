@@ -366,6 +366,7 @@ def serve(fd: int) -> None:
                 os.read(wake_r, 4096)
             except BlockingIOError:
                 pass
+        ended: list[tuple[int, int]] = []
         while True:  # reap every child that ended
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -374,13 +375,17 @@ def serve(fd: int) -> None:
             if pid == 0:
                 break
             if pid in keepers:  # a keeper exits once its child's whole tree has ended
-                _send(sock, {"exit": keepers.pop(pid), "status": _exit_code(status)})
+                ended.append((keepers.pop(pid), _exit_code(status)))
+        # Adopted: the tree of a keeper that candidate code killed (its child follows it). Killed
+        # before that child's status goes out, so nothing of it runs once the worker has it.
         for pid in keeper.children_of(zygote_pid):
-            if pid not in keepers and keeper.running(pid):  # adopted: no keeper is left to end it
+            if pid not in keepers and keeper.running(pid):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
                     pass
+        for child, status in ended:
+            _send(sock, {"exit": child, "status": status})
         if sock not in ready:
             continue
         try:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpu_workers import EvalRequest, EvalResult, evaluate
-from gpu_workers.sandbox import refpool, zygote
+from gpu_workers.sandbox import keeper, refpool, zygote
 from gpu_workers.tasks import TaskError
 from gpu_workers.workers.pool import LocalPool
 
@@ -53,28 +53,19 @@ RUNNING_FAULTS = {
 }
 
 
-def _children(pid: int | str = "self") -> set[int]:
-    pids: set[int] = set()
+def _parent(pid: int) -> int | None:
     try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return pids
-    for tid in tids:
-        try:
-            pids.update(int(p) for p in Path(f"/proc/{pid}/task/{tid}/children").read_text().split())
-        except OSError:
-            continue
-    return pids
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _children_of_this_process() -> set[int]:
-    """Evaluation children: this process's own, and those its zygotes forked (a zygote itself lives
-    as long as the worker, and a reference child kept for the next evaluation is not left behind)."""
-    zygotes = {z.proc.pid for z in zygote.running()}
-    pids = _children() - zygotes
-    for pid in zygotes:
-        pids |= _children(pid)
-    return pids - refpool.idle_pids()
+    """Evaluation processes still running: every process below this one but its zygotes, the
+    reference children kept for the next evaluation, and those children's keepers."""
+    kept = {z.proc.pid for z in zygote.running()} | refpool.idle_pids()
+    kept |= {_parent(pid) for pid in refpool.idle_pids()}
+    return {pid for pid in keeper.descendants(os.getpid()) if keeper.running(pid)} - kept
 
 
 @pytest.fixture(scope="module")
@@ -245,11 +236,23 @@ def test_candidate_cannot_kill_the_evaluator():
     assert verdict["status"] != "passed"
 
 
-def test_a_build_lock_left_by_a_killed_worker_does_not_hang_the_next_evaluation():
-    """torch's load_inline waits forever on a `lock` file that a killed build left; we clear it."""
-    import time
+# Takes the batons it is given on live locks, as a compile child's build does, says so, and holds
+# them until it is killed.
+_BATON_HOLDER = """
+import sys
+from gpu_workers.build.baton import LiveBaton
+batons = [LiveBaton(path) for path in sys.argv[1:]]
+assert all(b.try_acquire() for b in batons)
+print("held", flush=True)
+sys.stdin.read()
+"""
 
-    from gpu_workers.build.compile import build_context, clear_stale_batons
+
+def test_a_build_whose_holder_was_killed_does_not_hold_back_the_next_evaluation():
+    """torch's load_inline waits for its build folder's `lock` file to go; a pool process killed
+    mid-build leaves it. The baton is a live lock: the next build takes it over from the dead."""
+    from gpu_workers.build.baton import LiveBaton
+    from gpu_workers.build.compile import build_context
     from gpu_workers.hardware import hardware_info
     from gpu_workers.suite import list_tasks
 
@@ -258,20 +261,21 @@ def test_a_build_lock_left_by_a_killed_worker_does_not_hang_the_next_evaluation(
                           baselines=("eager",), timing_budget_s=0.2, compile_timeout_s=240, run_timeout_s=240)
     assert evaluate(request).status == "passed"  # built (or found built)
     ext_dir = build_context(request, hardware_info("cpu")).ext_dir
-    build_dirs = [p.parent for p in ext_dir.rglob("build.ninja")]
-    assert build_dirs
-    batons = [d / "lock" for d in build_dirs]
-    stale = time.time() - 600
-    for baton in batons:  # as a worker SIGKILLed inside load_inline leaves them
-        baton.write_text("")
-        os.utime(baton, (stale, stale))
+    batons = [p.parent / "lock" for p in ext_dir.rglob("build.ninja")]
+    assert batons
+    # given a process that holds every build folder's baton of this source, SIGKILLed while it does
+    holder = subprocess.Popen([sys.executable, "-c", _BATON_HOLDER, *map(str, batons)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert holder.stdout.readline() == "held\n"
+    holder.kill()
+    holder.wait()
+    assert all(b.exists() and not LiveBaton(str(b)).held() for b in batons)
 
+    # when the same source is evaluated again
     result = evaluate(request)
 
+    # then its build took the dead holder's baton over instead of waiting for it
     assert result.status == "passed", (result.message, result.compile_log[-1500:], result.run_log[-1500:])
-    assert "removed a stale build lock" in result.compile_log
-    assert not any(b.exists() for b in batons)
-    young = build_dirs[0] / "lock"
-    young.write_text("")  # a live build's baton is left alone
-    assert clear_stale_batons(ext_dir) == [] and young.exists()
-    young.unlink()
+    logs = result.compile_log + result.run_log
+    assert f"took over a build lock whose holder is gone (process {holder.pid})" in logs
+    assert not all(b.exists() for b in batons)

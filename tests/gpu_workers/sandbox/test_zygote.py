@@ -18,8 +18,10 @@ from gpu_workers.sandbox import zygote
 
 PROBE = r'''
 import json, os, random, sys
+with open(f"/proc/{os.getppid()}/stat") as stat:  # the parent's parent: the keeper's
+    gppid = int(stat.read().rsplit(")", 1)[1].split()[1])
 facts = {
-    "pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0), "cwd": os.getcwd(),
+    "pid": os.getpid(), "ppid": os.getppid(), "gppid": gppid, "sid": os.getsid(0), "cwd": os.getcwd(),
     "env": dict(os.environ), "fds": sorted(int(f) for f in os.listdir("/proc/self/fd")),
     "random": random.random(), "argv0": sys.argv[0],
 }
@@ -48,7 +50,8 @@ def test_a_forked_child_has_its_own_session_folder_environment_and_descriptors()
         a, b = _facts(first), _facts(second)
         forker = zygote.zygote_for(sandbox.scrubbed_env())
         assert isinstance(first.proc, zygote.ForkedProcess)
-        assert a["ppid"] == forker.proc.pid  # forked, not started with python -m
+        assert a["ppid"] == first.proc.keeper  # its keeper's child (sandbox.keeper) ...
+        assert a["gppid"] == forker.proc.pid  # ... forked, not started with python -m
         assert a["sid"] == a["pid"]  # a session of its own: killpg reaches all it starts
         assert a["cwd"] == str(first.workdir)
         expected = sandbox.scrubbed_env({"KA_PROBE": "yes"})
@@ -88,7 +91,7 @@ def test_a_dead_zygote_is_replaced_and_its_running_children_end():
     with _run_compile_child(PROBE) as child:
         assert child.proc.wait(timeout=30) == 0
         second = zygote.zygote_for(sandbox.scrubbed_env())
-        assert second is not first and _facts(child)["ppid"] == second.proc.pid
+        assert second is not first and _facts(child)["gppid"] == second.proc.pid
 
 
 def test_the_zygote_imports_nothing_that_asks_cuda_for_its_devices_and_a_child_does_before_its_setup():
@@ -103,3 +106,34 @@ def test_the_zygote_imports_nothing_that_asks_cuda_for_its_devices_and_a_child_d
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "True"]
+
+
+@pytest.mark.skipif(not zygote.enabled(), reason="KERNELCOURT_ZYGOTE=0")
+def test_a_child_that_kills_its_keeper_dies_and_its_daemon_with_it():
+    # given a compile child whose module leaves a setsid daemon, prints its pid, then kills its keeper
+    from gpu_workers.sandbox import keeper
+
+    source = (
+        "import os, signal, time\n"
+        "fork, session, leave = getattr(os, 'fo' + 'rk'), getattr(os, 'set' + 'sid'), getattr(os, '_ex' + 'it')\n"
+        "r, w = os.pipe()\n"
+        "if fork() == 0:\n"
+        "    session()\n"
+        "    if fork() == 0:\n"
+        "        os.write(w, f'{os.getpid()}\\n'.encode())\n"
+        "        time.sleep(600)\n"
+        "    leave(0)\n"
+        "print('DAEMON', os.read(r, 64).decode().strip(), flush=True)\n"
+        "getattr(os, 'ki' + 'll')(os.getppid(), signal.SIGKILL)\n"
+        "time.sleep(600)\n"
+    )
+    child = sandbox.spawn("compile")
+    with child:
+        child.send({"kernel_source": source, "env": {}, "spare": False})
+        with pytest.raises(sandbox.ChildError):
+            child.recv(time.monotonic() + 120)
+
+        # then the child is gone (it dies with its keeper), and so is its daemon, which the zygote adopted
+        assert child.proc.wait(timeout=30) == -signal.SIGKILL
+        daemon = int(child.log_tail().split("DAEMON ", 1)[1].split()[0])
+        assert not keeper.running(daemon)
