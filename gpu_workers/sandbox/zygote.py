@@ -388,6 +388,7 @@ def serve(fd: int) -> None:
             if pid not in keepers and keeper.running(pid):
                 try:
                     os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)  # gone, not only signalled, when the status goes out
                 except OSError:
                     pass
         for child, status in ended:
