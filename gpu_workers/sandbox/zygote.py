@@ -378,11 +378,16 @@ def serve(fd: int) -> None:
                 ended.append((keepers.pop(pid), _exit_code(status)))
         # Adopted: the tree of a keeper that candidate code killed (its child follows it). Killed
         # before that child's status goes out, so nothing of it runs once the worker has it.
-        for pid in keeper.children_of(zygote_pid):
-            if pid not in keepers and keeper.running(pid):
+        while adopted := [pid for pid in keeper.children_of(zygote_pid) if pid not in keepers]:
+            for pid in adopted:  # rounds: a killed process's own children are adopted in turn
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
+                    pass
+            for pid in adopted:  # gone, not only signalled, when the status goes out
+                try:
+                    os.waitpid(pid, 0)
+                except ChildProcessError:
                     pass
         for child, status in ended:
             _send(sock, {"exit": child, "status": status})
