@@ -42,7 +42,7 @@ class EvaluatorSettings:
     lite: bool = True
     split: bool = True
     pch: bool = True
-    gpu_hold_floor_s: float = 60.0
+    gpu_hold_floor_s: float = 120.0
 
     def __post_init__(self) -> None:
         checks = {

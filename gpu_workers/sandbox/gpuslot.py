@@ -83,7 +83,7 @@ class SlotUse:
 HOLD_FACTOR = 50.0  # a candidate's stretch may take this many times the reference's time for its work
 
 
-def hold_bound(reference_s: float, calls: int = 1, extra_s: float = 0.0, floor_s: float = 60.0) -> float:
+def hold_bound(reference_s: float, calls: int = 1, extra_s: float = 0.0, floor_s: float = 120.0) -> float:
     """Seconds a stretch of ``calls`` forward calls may hold the GPU: ``HOLD_FACTOR`` times the
     reference's time for one (its slowest correctness trial, fp32 and fp64 forwards and the copies
     to the CPU), at least the floor, plus ``extra_s`` (a timing's budget, a deferred build)."""
