@@ -6,6 +6,7 @@ written by the job that runs it (webapp.arena.services.evaluation_run).
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 
@@ -39,9 +40,19 @@ class Submitter(models.Model):
         CHECKPOINT = "checkpoint"
         HUMAN = "human"
 
-    name = models.CharField(max_length=128, unique=True)
+    name = models.CharField(max_length=128, unique=True)  # new names: webapp.core.text.name_problem
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.MODEL)
     metadata = models.JSONField(default=dict, blank=True)
+    # Who may post under this name: its creator and the members a staff user adds (and staff).
+    # No creator (imports, checkpoints of a deleted user's run): staff only.
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="submitters_created",
+    )
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="submitters")
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -132,13 +143,20 @@ class Evaluation(models.Model):
     error = models.TextField(blank=True)
     result = models.JSONField(default=dict, blank=True)  # the full EvalResult.to_dict()
     attempts = models.PositiveIntegerField(default=0)
+    # the user whose request queued it (their queue cap counts it); None: seeded, imported by a command
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     created = models.DateTimeField(auto_now_add=True)
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created", "-id"]
-        indexes = [models.Index(fields=["track", "hardware", "status"], name="evaluation_leaderboard_idx")]
+        indexes = [
+            models.Index(fields=["track", "hardware", "status"], name="evaluation_leaderboard_idx"),
+            models.Index(fields=["requested_by", "status"], name="evaluation_requester_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"evaluation {self.pk} ({self.status})"

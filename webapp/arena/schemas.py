@@ -7,6 +7,12 @@ from typing import Any, Literal
 
 from ninja import Schema
 
+from webapp.core.text import Name, SafeJson, ShortText, Text
+
+# Kernel sources are capped in bytes by the endpoint (413, KERNEL_SOURCE_MAX_BYTES); this bound
+# in characters only keeps NUL and lone surrogates out (the request body itself is capped at 2.5 MB).
+SourceText = Text(4 * 1024 * 1024)
+
 
 class TaskOut(Schema):
     id: int
@@ -107,6 +113,27 @@ class SubmitterOut(Schema):
     metadata: dict[str, Any]
 
 
+class SubmitterDetailOut(SubmitterOut):
+    created_by: str | None
+    members: list[str]
+
+    @staticmethod
+    def resolve_created_by(obj) -> str | None:
+        return obj.created_by.get_username() if obj.created_by_id else None
+
+    @staticmethod
+    def resolve_members(obj) -> list[str]:
+        return sorted(u.get_username() for u in obj.members.all())
+
+
+class SubmitterUpdateIn(Schema):
+    metadata: SafeJson
+
+
+class SubmitterMemberIn(Schema):
+    username: Text(150)
+
+
 class HardwareOut(Schema):
     key: str
     name: str
@@ -181,12 +208,16 @@ class LeaderboardOut(Schema):
 
 
 class KernelSubmitIn(Schema):
+    """``submitter``: a name you may post under (yours, one you are a member of, or a new one, which
+    becomes yours). ``submitter_kind``: left out, the existing submitter's kind (``model`` for a new
+    one); given, it must match an existing submitter's kind (409 otherwise)."""
+
     task_id: int | None = None
-    task: str | None = None  # a task name, with ``suite`` when names repeat across suites
-    suite: str | None = None
-    submitter: str
-    submitter_kind: Literal["model", "agent", "checkpoint", "human"] = "model"
-    source: str
+    task: ShortText | None = None  # a task name, with ``suite`` when names repeat across suites
+    suite: Text(64) | None = None
+    submitter: Name
+    submitter_kind: Literal["model", "agent", "checkpoint", "human"] | None = None
+    source: SourceText
     track: Literal["strict", "open"] = "strict"
 
 
@@ -211,7 +242,7 @@ class ImportReportOut(Schema):
 
 
 class ImportKernelbenchIn(Schema):
-    path: str
+    path: Text(1000)
 
 
 class ErrorOut(Schema):
