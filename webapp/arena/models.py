@@ -9,6 +9,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from webapp.core.text import validate_name
+
 
 class Task(models.Model):
     suite = models.CharField(max_length=64)
@@ -40,7 +42,8 @@ class Submitter(models.Model):
         CHECKPOINT = "checkpoint"
         HUMAN = "human"
 
-    name = models.CharField(max_length=128, unique=True)  # new names: webapp.core.text.name_problem
+    # a slug of at most 64 characters (the column is wider for names stored before that rule)
+    name = models.CharField(max_length=128, unique=True, validators=[validate_name])
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.MODEL)
     metadata = models.JSONField(default=dict, blank=True)
     # Who may post under this name: its creator and the members a staff user adds (and staff).

@@ -138,3 +138,12 @@ def scrub_paths(text: str) -> str:
         return "…/" + parts[-1] if parts else "…"
 
     return _ABS_PATH.sub(short, text)
+
+
+def validate_name(value: str) -> None:
+    """A model field validator (admin forms) with the rule of :func:`name_problem`."""
+    from django.core.exceptions import ValidationError
+
+    problem = name_problem(value)
+    if problem:
+        raise ValidationError(f"The name {problem}.")

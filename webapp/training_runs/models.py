@@ -7,6 +7,7 @@ from django.conf import settings as django_settings
 from django.db import models
 
 from webapp.arena.models import Submitter
+from webapp.core.text import validate_name
 
 
 class TrainingRun(models.Model):
@@ -125,7 +126,7 @@ class RegisteredTaskSet(models.Model):
     syntax (``jsonl:/data/ops6k.jsonl``, ``suite:gelu,silu``, ``synthetic:8``). Staff manage these
     (admin); only staff may give a spec directly."""
 
-    name = models.CharField(max_length=64, unique=True)
+    name = models.CharField(max_length=64, unique=True, validators=[validate_name])
     spec = models.CharField(max_length=500)
     description = models.TextField(blank=True)
     enabled = models.BooleanField(default=True)
@@ -142,7 +143,7 @@ class RegisteredModel(models.Model):
     """A base model users may train, by name; ``location`` is a server path, a hub name or a
     ``tiny:<kind>[,key=value…]`` label. Staff manage these; only staff may give a location directly."""
 
-    name = models.CharField(max_length=64, unique=True)
+    name = models.CharField(max_length=64, unique=True, validators=[validate_name])
     location = models.CharField(max_length=500)
     description = models.TextField(blank=True)
     enabled = models.BooleanField(default=True)

@@ -17,12 +17,11 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import F
 from django.db.models.functions import Greatest
 from django.utils import timezone
-
-from django.conf import settings as django_settings
 
 from webapp.accounts.services import queue_cap_check, rate_limit_take
 from webapp.arena.models import Submitter
