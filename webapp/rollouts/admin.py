@@ -25,9 +25,7 @@ class RolloutAdmin(admin.ModelAdmin):
     list_filter = ("status", "stop_reason", "passed")
     list_select_related = ("task", "submitter")
     search_fields = ("task__name", "submitter__name", "model")
-    raw_id_fields = (
-        "task", "submitter", "batch", "endpoint", "best_kernel", "best_evaluation", "created_by"
-    )
+    raw_id_fields = ("task", "submitter", "batch", "endpoint", "best_kernel", "best_evaluation", "created_by")
     readonly_fields = [f.name for f in Rollout._meta.fields]
     actions = ["relaunch", "cancel"]
 
@@ -40,7 +38,9 @@ class RolloutAdmin(admin.ModelAdmin):
         launched = 0
         for rollout in queryset.select_related("task", "submitter", "endpoint"):
             if rollout.endpoint is None:
-                self.message_user(request, f"rollout {rollout.pk}: it has no registered endpoint", messages.ERROR)
+                self.message_user(
+                    request, f"rollout {rollout.pk}: it has no registered endpoint", messages.ERROR
+                )
                 continue
             config = rollout.config
             settings = {k: v for k, v in config.items() if k in services.USER_SETTINGS}

@@ -41,7 +41,14 @@ def endpoints(request: HttpRequest):
 
 @router.post(
     "/",
-    response={202: RolloutLaunchOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut, 429: ErrorOut},
+    response={
+        202: RolloutLaunchOut,
+        403: ErrorOut,
+        404: ErrorOut,
+        409: ErrorOut,
+        422: ErrorOut,
+        429: ErrorOut,
+    },
     auth=auth,
 )
 def launch(request: HttpRequest, payload: RolloutLaunchIn):

@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from ninja import Field, Schema
+from pydantic import ConfigDict
 
 from webapp.core.permissions import visible_error
 from webapp.core.text import Name, SafeJson, Text
@@ -19,6 +20,10 @@ class RolloutLaunchIn(Schema):
     ``POST /api/kernels``); ``submitter_kind`` left out: the existing kind, ``agent`` for a new one.
     ``settings``: RolloutConfig fields (max_turns, track, device, target_speedup, temperature,
     use_tools, max_total_tokens, max_wall_s, …) and ``contrastive`` (bool)."""
+
+    # unknown fields are refused: a client still sending ``base_url``/``api_key`` must hear that they
+    # are gone, not have them ignored
+    model_config = ConfigDict(extra="forbid")
 
     task_id: int | None = None
     suite: Text(64) | None = None

@@ -37,9 +37,7 @@ def rollout_list(
 def rollout_get(*, rollout_id: int) -> Rollout:
     return Rollout.objects.select_related(
         "task", "submitter", "best_kernel", "best_evaluation", "batch", "endpoint", "created_by"
-    ).get(
-        pk=rollout_id
-    )
+    ).get(pk=rollout_id)
 
 
 def batch_get(*, batch_id: int) -> RolloutBatch:

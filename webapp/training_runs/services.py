@@ -153,15 +153,23 @@ def _registry_names(model: type) -> str:
     return ", ".join(names) if names else "none is registered yet; ask a staff user"
 
 
+def _path_free(model: type, label: str) -> bool:
+    """A label that reads no server file: ``synthetic:N``, ``suite[:names]``, ``tiny:<kind>…``."""
+    if model is RegisteredModel:
+        return label.startswith("tiny:")
+    return label.partition(":")[0].strip() in ("synthetic", "suite")
+
+
 def _resolve(model: type, label: str, *, trusted: bool, what: str) -> str:
-    """A registry name -> its server-side value; anything else is used as is by staff only."""
+    """A registry name -> its server-side value. Anything else is used as is by staff; by other
+    users only when it reads no server file (synthetic tasks, our suite, a tiny model)."""
     label = label.strip()
     if not label:
         return ""
     found = _registered(model, label)
     if found is not None:
         return found
-    if trusted:
+    if trusted or _path_free(model, label):
         return label
     raise InvalidInput(f"{what} {label[:100]!r} is not registered; choose one of: {_registry_names(model)}")
 
@@ -218,8 +226,8 @@ def training_config_build(
     overrides (merged key by key) applied. Anything wrong is an InvalidInput with the reason.
 
     ``base_model`` and ``task_set`` may name registered entries (RegisteredModel,
-    RegisteredTaskSet). Not ``trusted`` (a non-staff user): only registered names, and the final
-    config may read no server file that staff did not register."""
+    RegisteredTaskSet). Not ``trusted`` (a non-staff user): registered names or labels that read no
+    server file, and the final config may read no server file that staff did not register."""
     from training.recipes import RunConfig
 
     if not isinstance(config, dict):

@@ -26,6 +26,23 @@ def llm_server():
 
 
 @pytest.fixture
+def make_endpoint():
+    """Register an LLM endpoint as staff would: ``make_endpoint(name=..., base_url=...)``."""
+    from webapp.rollouts.services import llm_endpoint_register
+
+    def make(
+        *,
+        name: str = "qwen",
+        base_url: str = "http://127.0.0.1:8000/v1",
+        model: str = "Qwen/Qwen3-8B",
+        api_key_env: str = "",
+    ):
+        return llm_endpoint_register(name=name, base_url=base_url, model=model, api_key_env=api_key_env)
+
+    return make
+
+
+@pytest.fixture
 def relu_add_task(make_task):
     return make_task(name="relu_add", suite="agent-tests", source=RELU_ADD_TASK, ops=["relu", "add"])
 
