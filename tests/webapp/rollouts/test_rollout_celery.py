@@ -30,9 +30,8 @@ def agent_worker(settings, tmp_path):
     """``celery -A webapp worker -Q agent`` on the test database; the test process enqueues and
     listens through the same Redis."""
     log_path = tmp_path / "agent-worker.log"
-    with celery_worker(
-        queue="agent", redis_url=REDIS_URL, settings=settings, log_path=log_path, redis_channel_layer=True
-    ) as worker:
+    with celery_worker(queue="agent", redis_url=REDIS_URL, settings=settings, log_path=log_path,
+                       redis_channel_layer=True) as worker:
         yield worker, log_path
 
 

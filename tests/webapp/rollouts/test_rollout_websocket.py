@@ -153,9 +153,7 @@ def test_lost_and_coalesced_doorbells_lose_nothing(make_rollout):
                 )
 
         await database_sync_to_async(store_silently)(range(4))
-        await database_sync_to_async(_ring_now)(
-            rollout_group(rollout.pk), {"type": RING_TYPE, "seq": 3}
-        )  # one ring, four rows
+        await database_sync_to_async(_ring_now)(rollout_group(rollout.pk), {"type": RING_TYPE, "seq": 3})  # one ring, four rows
         coalesced = await _events(communicator, 4, timeout=1.5)  # faster than the safety poll
         await database_sync_to_async(store_silently)(range(4, 6))
         polled = await _events(communicator, 2, timeout=10)  # no ring at all: the poll finds them

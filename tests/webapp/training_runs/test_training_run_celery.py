@@ -28,14 +28,8 @@ REDIS_URL = os.environ.get("TEST_TRAINING_REDIS_URL", "redis://127.0.0.1:6379/11
 @pytest.fixture
 def gpu_worker(settings, runs_dir, tmp_path):
     log_path = tmp_path / "gpu-worker.log"
-    with celery_worker(
-        queue="gpu",
-        redis_url=REDIS_URL,
-        settings=settings,
-        log_path=log_path,
-        extra_env={"TRAINING_RUNS_DIR": str(runs_dir)},
-        redis_channel_layer=True,
-    ) as worker:
+    with celery_worker(queue="gpu", redis_url=REDIS_URL, settings=settings, log_path=log_path,
+                       extra_env={"TRAINING_RUNS_DIR": str(runs_dir)}, redis_channel_layer=True) as worker:
         yield worker, log_path
 
 
