@@ -59,6 +59,7 @@ def make_rollout(make_task, make_submitter):
         status: str = "queued",
         max_turns: int = 3,
         base_url="http://127.0.0.1:9/v1",
+        endpoint=None,
         **fields,
     ) -> Rollout:
         task = task or make_task()
@@ -73,8 +74,9 @@ def make_rollout(make_task, make_submitter):
         return Rollout.objects.create(
             task=task,
             submitter=submitter or make_submitter(kind="agent"),
-            base_url=base_url,
-            model="scripted",
+            endpoint=endpoint,
+            base_url=endpoint.base_url if endpoint else base_url,
+            model=endpoint.model if endpoint else "scripted",
             settings={"config": config.to_dict(), "contrastive": False},
             status=status,
             **fields,
