@@ -131,7 +131,10 @@ def test_submitter_kind_is_honoured(client, users, make_task, new_kernel_source)
 
     assert (created.status_code, unsaid.status_code, default.status_code) == (202, 202, 202)
     assert mismatch.status_code == 409
-    assert mismatch.json()["detail"] == "submitter 'my-agent' is a agent, not a model; leave submitter_kind out"
+    assert (
+        mismatch.json()["detail"]
+        == "submitter 'my-agent' has kind agent, not model; leave submitter_kind out"
+    )
     assert dict(Submitter.objects.values_list("name", "kind")) == {"my-agent": "agent", "my-model": "model"}
     assert Kernel.objects.count() == 3
 

@@ -72,8 +72,14 @@ def _bodies(task_id: int, kernel_id: int):
         yield "/api/training/", {"recipe": bad}
         yield "/api/training/", {**training, "base_model": bad}
         yield "/api/training/", {**training, "task_set": bad}
-        yield "/api/training/", {"config": {"name": bad, "stages": [{"name": "g", "kind": "grpo", "steps": 1}]}}
-        yield "/api/training/", {**training, "overrides": {"data": {"sources": [{"kind": "jsonl", "path": bad}]}}}
+        yield (
+            "/api/training/",
+            {"config": {"name": bad, "stages": [{"name": "g", "kind": "grpo", "steps": 1}]}},
+        )
+        yield (
+            "/api/training/",
+            {**training, "overrides": {"data": {"sources": [{"kind": "jsonl", "path": bad}]}}},
+        )
         yield "/api/review/flags", {"kernel_id": kernel_id, "reason": bad}
         yield "/api/review/verdicts", {"kernel_id": kernel_id, "verdict": "hack", "notes": bad}
         yield "/api/review/verdicts", {"kernel_id": kernel_id, "verdict": bad}

@@ -122,7 +122,7 @@ def submitter_for_user(
             "to add you to its members"
         )
     if kind is not None and submitter.kind != kind:
-        raise Conflict(f"submitter {name!r} is a {submitter.kind}, not a {kind}; leave submitter_kind out")
+        raise Conflict(f"submitter {name!r} has kind {submitter.kind}, not {kind}; leave submitter_kind out")
     return submitter
 
 
