@@ -6,7 +6,7 @@ from django.http import HttpRequest
 from ninja import Router, Status
 from ninja.errors import HttpError
 
-from webapp.accounts.auth import ApiTokenAuth
+from webapp.accounts.auth import ApiTokenAuth, OptionalApiTokenAuth
 from webapp.core.text import ShortText
 
 from . import conf, selectors, services
@@ -24,6 +24,7 @@ from .schemas import (
 
 router = Router(tags=["rollouts"])
 auth = ApiTokenAuth()
+reader = OptionalApiTokenAuth()  # anyone reads; a token says who asks (errors are the owner's)
 
 
 def _get(rollout_id: int) -> Rollout:
@@ -88,7 +89,7 @@ def launch(request: HttpRequest, payload: RolloutLaunchIn):
     )
 
 
-@router.get("/", response=RolloutPage)
+@router.get("/", response=RolloutPage, auth=reader)
 def rollouts(
     request: HttpRequest,
     status: ShortText | None = None,
@@ -103,14 +104,14 @@ def rollouts(
     return {"count": count, "page": page, "page_size": page_size, "items": items}
 
 
-@router.get("/{rollout_id}", response=RolloutDetailOut)
+@router.get("/{rollout_id}", response=RolloutDetailOut, auth=reader)
 def rollout(request: HttpRequest, rollout_id: int):
     found = _get(rollout_id)
     found.candidates = selectors.rollout_candidates(rollout_id=found.pk)
     return found
 
 
-@router.get("/{rollout_id}/events", response=RolloutEventPage)
+@router.get("/{rollout_id}/events", response=RolloutEventPage, auth=reader)
 def events(request: HttpRequest, rollout_id: int, after_seq: int = -1, limit: int = 100):
     """Stored events with seq > after_seq (at most ``limit``, capped); continue with ``next_after_seq``."""
     state = selectors.rollout_state(rollout_id=rollout_id)

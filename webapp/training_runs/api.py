@@ -7,7 +7,7 @@ from django.http import HttpRequest
 from ninja import Router, Status
 from ninja.errors import HttpError
 
-from webapp.accounts.auth import ApiTokenAuth
+from webapp.accounts.auth import ApiTokenAuth, OptionalApiTokenAuth
 from webapp.core.text import ShortText
 
 from . import conf, selectors, services
@@ -26,6 +26,7 @@ from .schemas import (
 
 router = Router(tags=["training"])
 auth = ApiTokenAuth()
+reader = OptionalApiTokenAuth()  # anyone reads; a token says who asks (errors are the owner's)
 
 
 @router.get("/registry", response=RegistryOut)
@@ -70,7 +71,7 @@ def launch(request: HttpRequest, payload: TrainingLaunchIn):
     )
 
 
-@router.get("/", response=TrainingRunPage)
+@router.get("/", response=TrainingRunPage, auth=reader)
 def runs(request: HttpRequest, status: ShortText | None = None, page: int = 1, page_size: int = 50):
     count, page, page_size, items = selectors.page_slice(
         selectors.training_run_list(status=status), page=page, page_size=page_size
@@ -78,7 +79,7 @@ def runs(request: HttpRequest, status: ShortText | None = None, page: int = 1, p
     return {"count": count, "page": page, "page_size": page_size, "items": items}
 
 
-@router.get("/{run_id}", response=TrainingRunDetailOut)
+@router.get("/{run_id}", response=TrainingRunDetailOut, auth=reader)
 def run(request: HttpRequest, run_id: int):
     try:
         found = selectors.training_run_get(run_id=run_id)
