@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import secrets
 from datetime import timedelta
 from typing import Any
@@ -53,7 +54,7 @@ def rate_limit_take(*, user: Any, action: str, limit: int, window_s: int = 60, w
         count = used.count()
         if count >= limit:
             oldest = used.values_list("at", flat=True).first()
-            retry = max(1, int((oldest - start).total_seconds()) + 1) if oldest else window_s
+            retry = max(1, math.ceil((oldest - start).total_seconds())) if oldest else window_s
             raise LimitExceeded(
                 f"rate limit: at most {limit} {what or action} per {window_s} s per user; "
                 f"try again in {retry} s"
