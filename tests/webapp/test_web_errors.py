@@ -111,3 +111,22 @@ def test_a_rollouts_error_and_its_error_event_by_viewer(people, make_task, make_
     assert "…/runner.py" in pages["alice"] and "/srv/kernelcourt" not in pages["alice"]
     assert "runner.py" not in pages["bob"]
     assert "/srv/kernelcourt/training/runner.py" in pages["root"]
+
+
+def test_an_evaluator_error_by_viewer(people, make_evaluation):
+    evaluation = make_evaluation(status="error", hardware=False)
+    evaluation.error = TRACEBACK
+    evaluation.requested_by = people["alice"][0]
+    evaluation.save()
+    kernel_id = evaluation.kernel_id
+
+    detail = {n: _get(f"/api/evaluations/{evaluation.pk}", t).json()["error"] for n, (_, t) in people.items()}
+    in_kernel = _get(f"/api/kernels/{kernel_id}", people["alice"][1]).json()["evaluations"][0]["error"]
+    listed = _get("/api/evaluations", people["bob"][1]).json()["items"][0]["error"]
+    pages = {name: _page(f"/kernels/{kernel_id}/", user) for name, (user, _) in people.items()}
+
+    assert detail == {"alice": SCRUBBED, "bob": "", "root": TRACEBACK}
+    assert (in_kernel, listed) == (SCRUBBED, "")
+    assert "…/runner.py" in pages["alice"] and "/srv/kernelcourt" not in pages["alice"]
+    assert "runner.py" not in pages["bob"]
+    assert "/srv/kernelcourt/training/runner.py" in pages["root"]

@@ -8,7 +8,7 @@ from django.shortcuts import get_object_or_404
 from ninja import File, Form, Router, Status, UploadedFile
 from ninja.errors import HttpError
 
-from webapp.accounts.auth import ApiTokenAuth
+from webapp.accounts.auth import ApiTokenAuth, OptionalApiTokenAuth
 from webapp.core.permissions import NotAllowed
 from webapp.core.text import Name, ShortText, Text
 
@@ -37,6 +37,7 @@ from .schemas import (
 
 router = Router(tags=["arena"])
 auth = ApiTokenAuth()
+reader = OptionalApiTokenAuth()  # anyone reads; a token says who asks (an evaluator error is the requester's)
 
 
 def _page(qs, page: int, page_size: int) -> dict:
@@ -73,7 +74,7 @@ def kernels(
     return _page(selectors.kernel_list(task_id=task_id, submitter=submitter, origin=origin), page, page_size)
 
 
-@router.get("/kernels/{kernel_id}", response=KernelDetailOut)
+@router.get("/kernels/{kernel_id}", response=KernelDetailOut, auth=reader)
 def kernel(request: HttpRequest, kernel_id: int):
     try:
         return selectors.kernel_detail(kernel_id=kernel_id)
@@ -182,7 +183,7 @@ def hardware(request: HttpRequest):
     return selectors.hardware_list()
 
 
-@router.get("/evaluations", response=EvaluationPage)
+@router.get("/evaluations", response=EvaluationPage, auth=reader)
 def evaluations(
     request: HttpRequest,
     kernel_id: int | None = None,
@@ -205,7 +206,7 @@ def evaluations(
     return _page(qs, page, page_size)
 
 
-@router.get("/evaluations/{evaluation_id}", response=EvaluationDetailOut)
+@router.get("/evaluations/{evaluation_id}", response=EvaluationDetailOut, auth=reader)
 def evaluation(request: HttpRequest, evaluation_id: int):
     try:
         return selectors.evaluation_get(evaluation_id=evaluation_id)

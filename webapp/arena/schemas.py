@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from ninja import Schema
 
+from webapp.core.permissions import visible_error
 from webapp.core.text import Name, SafeJson, ShortText, Text
 
 # Kernel sources are capped in bytes by the endpoint (413, KERNEL_SOURCE_MAX_BYTES); this bound
@@ -91,6 +92,11 @@ class EvaluationOut(Schema):
     @staticmethod
     def resolve_rule_set(obj) -> dict[str, str]:
         return {"name": obj.rule_set_name, "version": obj.rule_set_version}
+
+    @staticmethod
+    def resolve_error(obj, context) -> str:
+        """The evaluator's failure: in full to staff, without server paths to who requested it."""
+        return visible_error(obj.error, user=context["request"].user, owner_id=obj.requested_by_id)
 
 
 class EvaluationDetailOut(EvaluationOut):
