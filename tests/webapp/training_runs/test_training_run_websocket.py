@@ -128,7 +128,9 @@ def test_the_streamed_state_shows_the_error_to_its_owner_only(make_run, django_u
     owner = django_user_model.objects.create_user(username="owner", password="x")
     django_user_model.objects.create_user(username="other", password="x")
     run = make_run(
-        status="failed", created_by=owner, error='  File "/srv/app/training/runner.py", line 3\nValueError: no'
+        status="failed",
+        created_by=owner,
+        error='  File "/srv/app/training/runner.py", line 3\nValueError: no',
     )
 
     def cookie(username: str | None) -> list[tuple[bytes, bytes]]:
