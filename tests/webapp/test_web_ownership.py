@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.test import Client
 
 from webapp.accounts.services import api_token_create
 from webapp.arena.models import Evaluation, Kernel, Submitter
@@ -268,3 +269,33 @@ def test_rollout_cancel_over_the_api_needs_the_owner_or_staff(client, users, mak
     assert after_bob == ("queued", False)
     assert (by_owner.status_code, by_owner.json()["status"]) == (200, "cancelled")
     assert (by_staff.status_code, by_staff.json()["status"]) == (200, "cancelled")
+
+
+def test_rollouts_launch_only_under_a_submitter_the_user_may_use(client, users, make_task, make_submitter):
+    from webapp.rollouts.models import Rollout
+    from webapp.rollouts.services import llm_endpoint_register
+
+    llm_endpoint_register(name="e", base_url="http://127.0.0.1:9/v1", model="m")
+    task = make_task()
+    body = {"task_id": task.pk, "submitter": "alice-agent", "endpoint": "e", "settings": {"max_turns": 1}}
+    _call(client, "post", "/api/rollouts/", body, users["alice"][1])
+
+    by_bob = _call(client, "post", "/api/rollouts/", body, users["bob"][1])
+    page = Client()
+    page.force_login(users["bob"][0])
+    form = page.post(
+        "/rollouts/new/",
+        {
+            "task": task.pk,
+            "submitter": "alice-agent",
+            "endpoint": "e",
+            "max_turns": 1,
+            "track": "open",
+            "device": "cpu",
+        },
+    )
+
+    assert by_bob.status_code == 403
+    assert form.status_code == 403
+    assert "belongs to other users" in form.content.decode()
+    assert list(Rollout.objects.values_list("created_by__username", flat=True)) == ["alice"]

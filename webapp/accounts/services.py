@@ -3,6 +3,7 @@ from __future__ import annotations
 import hashlib
 import math
 import secrets
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -39,6 +40,11 @@ def _exempt(user: Any) -> bool:
     return user is None or not getattr(user, "is_authenticated", False) or user.is_staff
 
 
+def _user_lock(user: Any) -> None:
+    """Serialise one user's counted requests (a row lock, held until the transaction ends)."""
+    get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+
+
 def rate_limit_take(*, user: Any, action: str, limit: int, window_s: int = 60, what: str = "") -> None:
     """Count one ``action`` of ``user`` in a sliding window, or raise LimitExceeded when ``limit``
     actions are already in it. Users' rows are locked while counting, so concurrent requests of
@@ -48,7 +54,7 @@ def rate_limit_take(*, user: Any, action: str, limit: int, window_s: int = 60, w
     current = now()
     start = current - timedelta(seconds=window_s)
     with transaction.atomic():
-        get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+        _user_lock(user)
         UsageEvent.objects.filter(user=user, action=action, at__lte=start).delete()
         used = UsageEvent.objects.filter(user=user, action=action, at__gt=start).order_by("at")
         count = used.count()
@@ -62,11 +68,16 @@ def rate_limit_take(*, user: Any, action: str, limit: int, window_s: int = 60, w
         UsageEvent.objects.create(user=user, action=action, at=current)
 
 
-def queue_cap_check(*, user: Any, queued: int, adding: int, cap: int, what: str) -> None:
-    """Refuse ``adding`` more jobs when ``user`` already has ``queued`` queued or running and the sum
-    would pass ``cap`` (0: no cap). Staff are not capped."""
+def queue_cap_check(*, user: Any, count: Callable[[], int], adding: int, cap: int, what: str) -> None:
+    """Refuse ``adding`` more jobs when ``user`` already has ``count()`` queued or running and the sum
+    would pass ``cap`` (0: no cap). Staff are not capped. Call it inside the transaction that
+    creates the jobs: the user's row stays locked until it commits, so two requests of one user
+    cannot both take the last place."""
     if cap <= 0 or _exempt(user):
         return
+    with transaction.atomic():  # a savepoint in the caller's transaction; the lock lasts until it ends
+        _user_lock(user)
+        queued = count()
     if queued + adding > cap:
         raise LimitExceeded(
             f"queue cap: at most {cap} {what} queued or running per user; you have {queued}"

@@ -163,17 +163,15 @@ def submissions_limit_take(*, user: Any, adding: int = 1) -> None:
     (settings LIMIT_SUBMISSIONS_PER_MINUTE, LIMIT_QUEUED_EVALUATIONS); raises LimitExceeded."""
     if user is None:
         return
-    if getattr(user, "is_authenticated", False):
-        queued = Evaluation.objects.filter(
+    queue_cap_check(
+        user=user,
+        count=lambda: Evaluation.objects.filter(
             requested_by=user, status__in=[Evaluation.Status.QUEUED, Evaluation.Status.RUNNING]
-        ).count()
-        queue_cap_check(
-            user=user,
-            queued=queued,
-            adding=adding,
-            cap=settings.LIMIT_QUEUED_EVALUATIONS,
-            what="evaluations",
-        )
+        ).count(),
+        adding=adding,
+        cap=settings.LIMIT_QUEUED_EVALUATIONS,
+        what="evaluations",
+    )
     rate_limit_take(
         user=user, action="submission", limit=settings.LIMIT_SUBMISSIONS_PER_MINUTE, what="submissions"
     )

@@ -215,11 +215,14 @@ def _launch_common(
     submitter = submitter_for_user(
         name=submitter_name or "", user=user, kind=submitter_kind, default_kind=Submitter.Kind.AGENT
     )
-    queued = Rollout.objects.filter(
-        created_by=user, status__in=[Rollout.Status.QUEUED, Rollout.Status.RUNNING]
-    ).count()
     queue_cap_check(
-        user=user, queued=queued, adding=adding, cap=django_settings.LIMIT_QUEUED_ROLLOUTS, what="rollouts"
+        user=user,
+        count=lambda: Rollout.objects.filter(
+            created_by=user, status__in=[Rollout.Status.QUEUED, Rollout.Status.RUNNING]
+        ).count(),
+        adding=adding,
+        cap=django_settings.LIMIT_QUEUED_ROLLOUTS,
+        what="rollouts",
     )
     rate_limit_take(
         user=user,
@@ -514,7 +517,7 @@ def rollout_run(*, rollout_id: int, api_key: str | None = None) -> Rollout | Non
 
         config = RolloutConfig.from_dict(rollout.config)
         client = OpenAIChatClient(
-            rollout.base_url,
+            rollout.endpoint.base_url if rollout.endpoint else rollout.base_url,  # where it is now
             rollout.model,
             api_key=api_key or llm_endpoint_api_key(endpoint=rollout.endpoint),
             timeout_s=conf.llm_timeout_s(),

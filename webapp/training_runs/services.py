@@ -285,12 +285,11 @@ def training_run_launch(
     stored = run_config.to_dict()
     with transaction.atomic():
         if user is not None:
-            queued = TrainingRun.objects.filter(
-                created_by=user, status__in=[TrainingRun.Status.QUEUED, TrainingRun.Status.RUNNING]
-            ).count()
             queue_cap_check(
                 user=user,
-                queued=queued,
+                count=lambda: TrainingRun.objects.filter(
+                    created_by=user, status__in=[TrainingRun.Status.QUEUED, TrainingRun.Status.RUNNING]
+                ).count(),
                 adding=1,
                 cap=django_settings.LIMIT_QUEUED_TRAINING_RUNS,
                 what="training runs",
