@@ -176,3 +176,33 @@ def test_the_flag_form_on_the_kernel_page_refuses_a_nul_reason(client, django_us
     assert response.status_code == 200
     assert "the reason contains a NUL character" in response.content.decode()
     assert Flag.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/entries/?submitter=%00",
+        "/submitters/a%00b/",
+        "/tasks/?q=%00",
+        "/tasks/?suite=%00",
+        "/?suite=%00",
+        "/rollouts/?submitter=%00",
+        "/training/?status=%00",
+        "/tasks/?%00=1",
+    ],
+)
+def test_a_nul_in_a_pages_url_is_a_400_not_a_500(client, url):
+    client.raise_request_exception = False
+
+    response = client.get(url)
+
+    assert response.status_code == 400
+
+
+def test_a_nul_in_an_api_path_is_a_json_400(client):
+    response = client.get("/api/submitters/a%00b")
+
+    assert (response.status_code, response.json()) == (
+        400,
+        {"detail": "the URL path contains a NUL character"},
+    )
