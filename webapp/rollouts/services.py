@@ -506,7 +506,9 @@ def rollout_run(*, rollout_id: int, api_key: str | None = None) -> Rollout | Non
     """The job: claim the row, run agent.run_rollout with the database sink, store the outcome.
 
     Idempotent (a second delivery finds the row claimed or finished and does nothing). Database
-    errors propagate so the task retries them; anything else ends the rollout as ``failed``.
+    errors propagate so the task retries them; anything else ends the rollout as ``failed``. The key
+    comes from the endpoint's environment variable; ``api_key`` only serves job messages queued
+    before endpoints were registered (they carried the key).
     """
     if not rollout_claim(rollout_id=rollout_id):
         return None
