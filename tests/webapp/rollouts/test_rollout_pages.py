@@ -182,3 +182,24 @@ def test_admin_relaunch_copies_the_settings(admin_client, make_rollout, vllm_end
         vllm_endpoint.pk,
         "http://vllm:8000/v1",
     )
+
+
+def test_staff_register_endpoints_in_the_admin_and_the_key_is_only_named(admin_client):
+    from webapp.rollouts.models import LlmEndpoint
+
+    form = {"name": "vllm-b", "model": "Qwen/Qwen3-8B", "description": "", "enabled": "on"}
+    bad = admin_client.post(
+        "/admin/rollouts/llmendpoint/add/",
+        {**form, "base_url": "file:///etc/passwd", "api_key_env": "sk-live-123"},
+    )
+    good = admin_client.post(
+        "/admin/rollouts/llmendpoint/add/",
+        {**form, "base_url": "http://vllm-b:8000/v1", "api_key_env": "VLLM_B_KEY"},
+    )
+
+    assert bad.status_code == 200  # the form again, with its errors
+    assert "An http:// or https:// URL of an OpenAI-compatible API" in bad.content.decode()
+    assert "An environment variable name" in bad.content.decode()
+    assert good.status_code == 302
+    endpoint = LlmEndpoint.objects.get(name="vllm-b")
+    assert (endpoint.base_url, endpoint.api_key_env) == ("http://vllm-b:8000/v1", "VLLM_B_KEY")
