@@ -13,3 +13,14 @@ class ApiTokenAuth(HttpBearer):
         if user is not None:
             request.user = user
         return user
+
+
+class OptionalApiTokenAuth(ApiTokenAuth):
+    """For reads anyone may make whose answer depends on who asks (e.g. a job's error, shown to its
+    owner): without an Authorization header the request goes on as the session's user (or
+    anonymous); with one, the token must be valid."""
+
+    def __call__(self, request):
+        if not request.headers.get("Authorization"):
+            return request.user
+        return super().__call__(request)

@@ -7,6 +7,13 @@ from typing import Any, Literal
 
 from ninja import Schema
 
+from webapp.core.permissions import visible_error
+from webapp.core.text import Name, SafeJson, ShortText, Text
+
+# Kernel sources are capped in bytes by the endpoint (413, KERNEL_SOURCE_MAX_BYTES); this bound
+# in characters only keeps NUL and lone surrogates out (the request body itself is capped at 2.5 MB).
+SourceText = Text(4 * 1024 * 1024)
+
 
 class TaskOut(Schema):
     id: int
@@ -86,6 +93,11 @@ class EvaluationOut(Schema):
     def resolve_rule_set(obj) -> dict[str, str]:
         return {"name": obj.rule_set_name, "version": obj.rule_set_version}
 
+    @staticmethod
+    def resolve_error(obj, context) -> str:
+        """The evaluator's failure: in full to staff, without server paths to who requested it."""
+        return visible_error(obj.error, user=context["request"].user, owner_id=obj.requested_by_id)
+
 
 class EvaluationDetailOut(EvaluationOut):
     logs: str
@@ -105,6 +117,27 @@ class SubmitterOut(Schema):
     name: str
     kind: str
     metadata: dict[str, Any]
+
+
+class SubmitterDetailOut(SubmitterOut):
+    created_by: str | None
+    members: list[str]
+
+    @staticmethod
+    def resolve_created_by(obj) -> str | None:
+        return obj.created_by.get_username() if obj.created_by_id else None
+
+    @staticmethod
+    def resolve_members(obj) -> list[str]:
+        return sorted(u.get_username() for u in obj.members.all())
+
+
+class SubmitterUpdateIn(Schema):
+    metadata: SafeJson
+
+
+class SubmitterMemberIn(Schema):
+    username: Text(150)
 
 
 class HardwareOut(Schema):
@@ -181,12 +214,16 @@ class LeaderboardOut(Schema):
 
 
 class KernelSubmitIn(Schema):
+    """``submitter``: a name you may post under (yours, one you are a member of, or a new one, which
+    becomes yours). ``submitter_kind``: left out, the existing submitter's kind (``model`` for a new
+    one); given, it must match an existing submitter's kind (409 otherwise)."""
+
     task_id: int | None = None
-    task: str | None = None  # a task name, with ``suite`` when names repeat across suites
-    suite: str | None = None
-    submitter: str
-    submitter_kind: Literal["model", "agent", "checkpoint", "human"] = "model"
-    source: str
+    task: ShortText | None = None  # a task name, with ``suite`` when names repeat across suites
+    suite: Text(64) | None = None
+    submitter: Name
+    submitter_kind: Literal["model", "agent", "checkpoint", "human"] | None = None
+    source: SourceText
     track: Literal["strict", "open"] = "strict"
 
 
@@ -211,7 +248,7 @@ class ImportReportOut(Schema):
 
 
 class ImportKernelbenchIn(Schema):
-    path: str
+    path: Text(1000)
 
 
 class ErrorOut(Schema):

@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from webapp.core.permissions import visible_error
+
 from . import charts, selectors
 from .models import Evaluation, Kernel, Submitter, Task
 
@@ -153,6 +155,10 @@ def kernel_detail(request: HttpRequest, kernel_id: int) -> HttpResponse:
     except Kernel.DoesNotExist as exc:
         raise Http404("no such kernel") from exc
     evaluations = list(kernel.evaluations.all())
+    for evaluation in evaluations:  # an evaluator's traceback: its requester (no paths) and staff
+        evaluation.shown_error = visible_error(
+            evaluation.error, user=request.user, owner_id=evaluation.requested_by_id
+        )
     return render(
         request,
         "arena/kernel_detail.html",

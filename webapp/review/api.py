@@ -16,6 +16,7 @@ from ninja.errors import HttpError
 from ninja.security import django_auth
 
 from webapp.accounts.auth import ApiTokenAuth
+from webapp.core.text import LongText, ShortText, Text
 
 from . import selectors, services
 from .models import Flag, ReviewerRule
@@ -31,7 +32,7 @@ class ErrorOut(Schema):
 
 class FlagIn(Schema):
     kernel_id: int
-    reason: str = Field(..., max_length=5000)
+    reason: Text(5000)
     evaluation_id: int | None = None
 
 
@@ -61,10 +62,10 @@ class FlagPage(Schema):
 class VerdictIn(Schema):
     case_id: int | None = None
     kernel_id: int | None = None
-    verdict: str
-    family: str = ""
-    notes: str = Field("", max_length=20_000)
-    evidence_lines: list[int] = []
+    verdict: Text(32)
+    family: Text(64) = ""
+    notes: LongText = ""
+    evidence_lines: list[int] = Field(default_factory=list, max_length=10_000)
 
 
 class VerdictOut(Schema):
@@ -81,14 +82,14 @@ class VerdictOut(Schema):
 
 
 class RuleIn(Schema):
-    name: str
-    kind: str
-    severity: str = "reject"
-    message: str = ""
-    pattern: str = ""
-    dynamic_check: str = ""
-    family: str = ""
-    track: str = "both"
+    name: Text(64)
+    kind: Text(32)
+    severity: Text(32) = "reject"
+    message: Text(500) = ""
+    pattern: Text(5000) = ""
+    dynamic_check: Text(128) = ""
+    family: Text(64) = ""
+    track: Text(16) = "both"
     source_case_id: int | None = None
 
 
@@ -125,7 +126,7 @@ def _reviewer(request: HttpRequest) -> None:
 def flags(
     request: HttpRequest,
     kernel_id: int | None = None,
-    source: str | None = None,
+    source: ShortText | None = None,
     page: int = 1,
     page_size: int = 50,
 ):
@@ -193,7 +194,7 @@ def verdict_create(request: HttpRequest, body: VerdictIn):
 
 
 @router.get("/rules", response=list[RuleOut], auth=AUTH)
-def rules(request: HttpRequest, status: str | None = None):
+def rules(request: HttpRequest, status: ShortText | None = None):
     _reviewer(request)
     return list(selectors.rule_list(status=status)[:500])
 

@@ -7,8 +7,10 @@ from typing import Any
 from django.db.models import Max, QuerySet
 
 from webapp.arena.models import Evaluation
+from webapp.core.permissions import can_manage, visible_error
+from webapp.core.text import scrub_paths
 
-from .models import Rollout, RolloutBatch, RolloutEvent
+from .models import LlmEndpoint, Rollout, RolloutBatch, RolloutEvent
 
 PAGE_SIZE_MAX = 100
 
@@ -20,7 +22,7 @@ def rollout_list(
     submitter: str | None = None,
     batch_id: int | None = None,
 ) -> QuerySet[Rollout]:
-    qs = Rollout.objects.select_related("task", "submitter", "best_kernel")
+    qs = Rollout.objects.select_related("task", "submitter", "best_kernel", "endpoint", "created_by")
     if status:
         qs = qs.filter(status=status)
     if task_id is not None:
@@ -33,9 +35,9 @@ def rollout_list(
 
 
 def rollout_get(*, rollout_id: int) -> Rollout:
-    return Rollout.objects.select_related("task", "submitter", "best_kernel", "best_evaluation", "batch").get(
-        pk=rollout_id
-    )
+    return Rollout.objects.select_related(
+        "task", "submitter", "best_kernel", "best_evaluation", "batch", "endpoint", "created_by"
+    ).get(pk=rollout_id)
 
 
 def batch_get(*, batch_id: int) -> RolloutBatch:
@@ -55,7 +57,9 @@ def rollout_last_seq(*, rollout_id: int) -> int:
     return -1 if value is None else int(value)
 
 
-def rollout_state(*, rollout_id: int) -> dict[str, Any] | None:
+def rollout_state(*, rollout_id: int, viewer: Any = None) -> dict[str, Any] | None:
+    """The rollout's state for clients; its error as ``viewer`` may see it (owner: without server
+    paths; staff: all of it; anyone else: nothing)."""
     row = (
         Rollout.objects.filter(pk=rollout_id)
         .values(
@@ -69,23 +73,33 @@ def rollout_state(*, rollout_id: int) -> dict[str, Any] | None:
             "best_speedup",
             "best_kernel_id",
             "error",
+            "created_by_id",
         )
         .first()
     )
     if row is None:
         return None
+    row["error"] = visible_error(row["error"], user=viewer, owner_id=row.pop("created_by_id"))
     row["finished"] = row["status"] in Rollout.FINISHED
     return row
 
 
-def rollout_event_payload(event: RolloutEvent) -> dict[str, Any]:
-    """What clients (websocket and API) get for one event."""
+ERROR_HIDDEN = "the rollout failed; its owner and staff see the error on the rollout's page"
+
+
+def rollout_event_payload(event: RolloutEvent, *, errors_visible: bool = False) -> dict[str, Any]:
+    """What clients (websocket and API) get for one event. An ``error`` event (a worker's traceback)
+    is shown without server paths when ``errors_visible`` (the viewer may manage the rollout), and
+    as a plain sentence otherwise."""
+    content = event.content
+    if event.kind == "error":
+        content = scrub_paths(content) if errors_visible else ERROR_HIDDEN
     return {
         "seq": event.seq,
         "kind": event.kind,
         "role": event.role,
         "turn": event.turn,
-        "content": event.content,
+        "content": content,
         "tool_call": event.tool_call,
         "evaluation": event.evaluation,
         "reward": event.reward,
@@ -159,3 +173,14 @@ def task_exists(*, task_id: int) -> bool:
     from webapp.arena.models import Task
 
     return Task.objects.filter(pk=task_id).exists()
+
+
+def rollout_errors_visible(*, rollout_id: int, viewer: Any) -> bool:
+    """Whether ``viewer`` may read the rollout's errors (its owner or staff)."""
+    owner_id = Rollout.objects.filter(pk=rollout_id).values_list("created_by_id", flat=True).first()
+    return can_manage(viewer, owner_id)
+
+
+def llm_endpoint_list() -> QuerySet[LlmEndpoint]:
+    """The endpoints users may choose (enabled), by name."""
+    return LlmEndpoint.objects.filter(enabled=True).order_by("name")

@@ -9,7 +9,14 @@ from django.template.response import TemplateResponse
 
 from . import services
 from .forms import TrainingLaunchForm
-from .models import TrainingCheckpoint, TrainingMetric, TrainingRun, TrainingSample
+from .models import (
+    RegisteredModel,
+    RegisteredTaskSet,
+    TrainingCheckpoint,
+    TrainingMetric,
+    TrainingRun,
+    TrainingSample,
+)
 
 
 @admin.register(TrainingRun)
@@ -76,3 +83,21 @@ class TrainingSampleAdmin(_ReadOnly):
 class TrainingCheckpointAdmin(_ReadOnly):
     list_display = ("run", "step", "stage", "submitter", "path")
     raw_id_fields = ("run", "submitter")
+
+
+@admin.register(RegisteredTaskSet)
+class RegisteredTaskSetAdmin(admin.ModelAdmin):
+    """Task sets users may name in a launch; ``spec`` (the server location) is never shown to them."""
+
+    list_display = ("name", "spec", "enabled", "created")
+    list_filter = ("enabled",)
+    search_fields = ("name", "spec")
+
+
+@admin.register(RegisteredModel)
+class RegisteredModelAdmin(admin.ModelAdmin):
+    """Base models users may name in a launch; ``location`` is never shown to them."""
+
+    list_display = ("name", "location", "enabled", "created")
+    list_filter = ("enabled",)
+    search_fields = ("name", "location")

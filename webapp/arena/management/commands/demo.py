@@ -12,6 +12,7 @@ from django.db import transaction
 from webapp.arena import importers, services
 from webapp.arena.demo import DEMO_KERNELS, DEMO_SUBMITTERS
 from webapp.arena.models import Evaluation, Kernel, Task
+from webapp.rollouts.services import llm_endpoint_builtin_start
 
 
 class Command(BaseCommand):
@@ -34,6 +35,7 @@ class Command(BaseCommand):
         self._evaluate(pending)
         if no_serve:
             return
+        llm_endpoint_builtin_start()  # the rollout form's built-in endpoint, served from this process
         self.stdout.write(
             self.style.SUCCESS(f"KernelCourt at http://{host}:{port}/  (API docs at /api/docs)")
         )
