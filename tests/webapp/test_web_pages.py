@@ -82,14 +82,15 @@ def test_kernel_page_highlights_source_and_shows_findings(
     client, known_leaderboard, django_assert_max_num_queries
 ):
     evaluation = known_leaderboard["a_t4_hack"]
+    # one query for the kernel, two for the page of its evaluations (count, items)
 
-    with django_assert_max_num_queries(2):
+    with django_assert_max_num_queries(3):
         response = client.get(f"/kernels/{evaluation.kernel_id}/")
 
     html = response.content.decode()
     assert response.status_code == 200
     assert 'class="highlight"' in html
-    assert "library_compute" in html
+    assert "timer_mismatch" in html
     assert "data-evaluation-live" not in html
 
 

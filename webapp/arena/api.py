@@ -172,6 +172,8 @@ def leaderboard(
     if hardware and chosen is None:
         raise HttpError(404, f"no hardware {hardware!r}")
     return {
+        "rank_order": list(selectors.RANK_ORDER),
+        "rank_order_text": selectors.RANK_ORDER_TEXT,
         "track": track,
         "suite": suite,
         "level": level,
@@ -191,7 +193,7 @@ def leaderboard_entries(
     hardware: str | None = None,
 ):
     """The best evaluation per task behind one figure of a leaderboard row (``figure``: one of
-    attempted, passed, failed, fast_1_eager, fast_1_compile, hacks)."""
+    attempted, passed, failed, fast_1_eager, fast_1_compile, hacks, not_custom)."""
     if figure not in selectors.FIGURES:
         raise HttpError(422, f"figure must be one of {', '.join(selectors.FIGURES)}")
     try:
@@ -205,6 +207,7 @@ def leaderboard_entries(
         suite=suite,
         level=level,
         submitter_id=found.pk,
+        hardware_key=chosen.key if chosen else None,
     )
     return [
         {
@@ -221,6 +224,9 @@ def leaderboard_entries(
             "kernel_id": e.kernel_id,
             "evaluations": e.evaluations,
             "hacked": e.hacked,
+            "confirmed_hack": e.confirmed_hack,
+            "not_custom": e.not_custom,
+            **e.reward.to_dict(),
         }
         for e in entries
         if e.in_figure(figure)

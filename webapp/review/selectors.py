@@ -10,10 +10,11 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Prefetch, Q, QuerySet
 
+from webapp.arena import selectors as arena_selectors
 from webapp.arena.models import Evaluation, Kernel
 
 from . import conf
-from .models import AuditEntry, Flag, ReviewCase, ReviewerRule, RewardRelabel, RuleSetVersion, Verdict
+from .models import AuditEntry, Flag, ReviewCase, ReviewerRule, RuleSetVersion, Verdict
 
 # --- what the leaderboard must not show ----------------------------------------------------------
 
@@ -269,19 +270,14 @@ def agreement_summary() -> AgreementSummary:
 
 
 def relabelled_reward(evaluation: Evaluation) -> float | None:
-    """The reward training data should use: the relabel's floor for a hack, else the stored reward."""
-    relabel = RewardRelabel.objects.filter(evaluation_id=evaluation.pk).values_list("new_reward", flat=True)
-    found = list(relabel[:1])
-    return found[0] if found else evaluation.reward
+    """The reward training data should use (the arena's effective reward: the floor for a hack)."""
+    return arena_selectors.evaluation_reward(evaluation).effective
 
 
-def relabelled_rewards(*, evaluation_ids: Iterable[int]) -> dict[int, float]:
-    """{evaluation id: relabelled reward} for those of ``evaluation_ids`` that were relabelled (one query)."""
-    return dict(
-        RewardRelabel.objects.filter(evaluation_id__in=list(evaluation_ids)).values_list(
-            "evaluation_id", "new_reward"
-        )
-    )
+def relabelled_rewards(*, evaluation_ids: Iterable[int]) -> dict[int, float | None]:
+    """{evaluation id: effective reward} for those of ``evaluation_ids`` that review relabelled (one query)."""
+    rewards = arena_selectors.evaluation_rewards(evaluation_ids=evaluation_ids)
+    return {pk: r.effective for pk, r in rewards.items() if r.changed_by is not None}
 
 
 # --- audit ---------------------------------------------------------------------------------------
@@ -488,8 +484,27 @@ def regression_run(*, rule_sets: dict[str, dict] | None = None, full: bool = Fal
 # --- export --------------------------------------------------------------------------------------
 
 
+def _export_evaluation(evaluation: Evaluation) -> dict[str, Any]:
+    return {
+        "evaluation_id": evaluation.pk,
+        "track": evaluation.track,
+        "hardware": evaluation.hardware.key if evaluation.hardware_id else None,
+        "status": evaluation.status,
+        **arena_selectors.evaluation_reward(evaluation).to_dict(),
+    }
+
+
 def reviewed_kernels_export(*, include_open: bool = False) -> Iterator[dict[str, Any]]:
-    """One dict per reviewed kernel (decided cases; open ones with verdicts too if asked), streamed."""
+    """One dict per reviewed kernel (decided cases; open ones with verdicts too if asked), streamed.
+
+    ``reward`` is the effective reward of the kernel's latest finished evaluation (``reward_original``
+    and ``reward_changed_by`` beside it); ``evaluations`` lists every finished one the same way.
+    """
+    finished = (
+        Evaluation.objects.exclude(status__in=[Evaluation.Status.QUEUED, Evaluation.Status.RUNNING])
+        .select_related("hardware", *arena_selectors.evaluation_related())
+        .order_by("-created", "-id")
+    )
     statuses = [ReviewCase.Status.HACK, ReviewCase.Status.LEGIT]
     if include_open:
         statuses.append(ReviewCase.Status.OPEN)
@@ -498,12 +513,15 @@ def reviewed_kernels_export(*, include_open: bool = False) -> Iterator[dict[str,
         .distinct()
         .select_related("kernel__task", "kernel__submitter")
         .prefetch_related(
-            Prefetch("verdicts", queryset=Verdict.objects.select_related("reviewer").order_by("id"))
+            Prefetch("verdicts", queryset=Verdict.objects.select_related("reviewer").order_by("id")),
+            Prefetch("kernel__evaluations", queryset=finished),
         )
         .order_by("id")
     )
     for case in qs.iterator(chunk_size=200):
         verdicts = list(case.verdicts.all())
+        evaluations = [_export_evaluation(ev) for ev in case.kernel.evaluations.all()]
+        latest = evaluations[0] if evaluations else {}
         evidence = sorted({line for v in verdicts for line in (v.evidence_lines or [])})
         yield {
             "kernel_id": case.kernel_id,
@@ -513,6 +531,10 @@ def reviewed_kernels_export(*, include_open: bool = False) -> Iterator[dict[str,
             "source": case.kernel.source,
             "verdict": case.status,
             "family": case.family or None,
+            "reward": latest.get("reward"),
+            "reward_original": latest.get("reward_original"),
+            "reward_changed_by": latest.get("reward_changed_by"),
+            "evaluations": evaluations,
             "evidence_lines": evidence,
             "notes": [v.notes for v in verdicts if v.notes],
             "reviews": [
