@@ -109,7 +109,7 @@ def task_best_speedups(best: Sequence[TaskEntry]) -> list[dict]:
     fig = go.Figure()
     fig.add_trace(go.Bar(x=names, y=[e.speedup_eager for e in passed], name="vs eager"))
     fig.add_trace(go.Bar(x=names, y=[e.speedup_compile for e in passed], name="vs torch.compile"))
-    fig.add_hline(y=1.0, line_dash="dot", annotation_text="1× (as fast as the baseline)")
+    fig.add_hline(y=1.0, line_dash="dot")  # 1×: as fast as the baseline
     fig.update_layout(
         title="Best correct kernel per submitter: speedup (×, log scale)",
         barmode="group",
