@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from ninja import Field, Schema
 
+from . import selectors
+
 
 class RolloutLaunchIn(Schema):
     """Launch one rollout (``task_id``) or one per task of a suite (``suite``, optional ``level``).
@@ -50,7 +52,9 @@ class RolloutOut(Schema):
     completion_tokens: int
     passed: bool
     best_speedup: float | None
-    best_reward: float | None
+    best_reward: float | None  # effective: review's relabel of the best evaluation, if any
+    best_reward_original: float | None
+    best_reward_changed_by: dict[str, Any] | None
     best_kernel_id: int | None
     best_evaluation_id: int | None
     cancel_requested: bool
@@ -66,6 +70,19 @@ class RolloutOut(Schema):
     @staticmethod
     def resolve_submitter(obj) -> str:
         return obj.submitter.name
+
+    @staticmethod
+    def resolve_best_reward(obj) -> float | None:
+        return selectors.rollout_best_reward(obj).effective
+
+    @staticmethod
+    def resolve_best_reward_original(obj) -> float | None:
+        return selectors.rollout_best_reward(obj).original
+
+    @staticmethod
+    def resolve_best_reward_changed_by(obj) -> dict[str, Any] | None:
+        change = selectors.rollout_best_reward(obj).changed_by
+        return change.to_dict() if change else None
 
 
 class RolloutDetailOut(RolloutOut):

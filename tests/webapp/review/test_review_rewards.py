@@ -64,9 +64,21 @@ def _confirm_hack(client, kernel_id, *, member, reviewers, token_of):
 def test_two_hack_verdicts_reach_every_endpoint_that_shows_a_reward(
     client, hacked_submitter, member, reviewers, token_of
 ):
-    # given: a 1.0-reward hack, flagged by a member
+    # given: a 1.0-reward hack, flagged by a member, the best kernel of an agent rollout
+    from webapp.rollouts.models import Rollout
+
     hack = hacked_submitter["hack"]
     rita, _ = reviewers
+    rollout = Rollout.objects.create(
+        task=hack.kernel.task,
+        submitter=hack.kernel.submitter,
+        base_url="http://127.0.0.1:1/v1",
+        model="m",
+        status="succeeded",
+        best_reward=1.0,
+        best_kernel=hack.kernel,
+        best_evaluation=hack,
+    )
     before = _get(client, f"/api/evaluations/{hack.pk}").json()
 
     # when: two reviewers call it a hack
@@ -86,6 +98,10 @@ def test_two_hack_verdicts_reach_every_endpoint_that_shows_a_reward(
         ).splitlines()
     ]
     page = client.get(f"/kernels/{hack.kernel_id}/").content.decode()
+    rollouts = [
+        _get(client, f"/api/rollouts/{rollout.pk}").json(),
+        _get(client, "/api/rollouts/", submitter="cheater").json()["items"][0],
+    ]
 
     assert (before["reward"], before["reward_original"], before["reward_changed_by"]) == (1.0, 1.0, None)
     for row in (detail, listed[0], kernel[0], next(e for e in by_submitter if e["id"] == hack.pk)):
@@ -102,6 +118,16 @@ def test_two_hack_verdicts_reach_every_endpoint_that_shows_a_reward(
     ]
     assert export[0]["reward_changed_by"]["case_id"] == case_id
     assert 'data-reward="-1.000"' in page and "<s>1.000</s>" in page and f"case #{case_id}" in page
+    for row in rollouts:
+        assert (
+            row["best_reward"],
+            row["best_reward_original"],
+            row["best_reward_changed_by"]["case_id"],
+        ) == (
+            -1.0,
+            1.0,
+            case_id,
+        )
 
 
 def test_a_confirmed_hack_stays_attempted_and_counts_as_failed_and_hacked(
