@@ -52,7 +52,6 @@ COLUMNS = [
     ("not_custom", "Not custom", "kernels rejected on the strict track because library compute ran "
      "(an honest PyTorch rewrite, not a hack): failed tasks"),
 ]
-SORTABLE = [(key, label) for key, label, _ in COLUMNS]
 
 
 def leaderboard(request: HttpRequest) -> HttpResponse:

@@ -1,5 +1,5 @@
 """The whole loop: flag -> verdicts -> confirmed hack -> rule -> publish re-checks stored kernels ->
-both hacks hidden from the leaderboard -> rewards relabelled -> regression cases need the rule."""
+both hacks hidden (failed hacks on the leaderboard) -> rewards relabelled -> regression cases need the rule."""
 
 from __future__ import annotations
 
