@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ninja.security import HttpBearer
+from ninja.security import HttpBearer, SessionAuth
 
 from .selectors import api_token_user
 
@@ -24,3 +24,13 @@ class OptionalApiTokenAuth(ApiTokenAuth):
         if not request.headers.get("Authorization"):
             return request.user
         return super().__call__(request)
+
+
+class SignedInSessionAuth(SessionAuth):
+    """Django's session, for the browser. A request with no signed-in session gets 401 like any other
+    unauthenticated request: the CSRF check protects a session, and there is none to protect."""
+
+    def _get_key(self, request):
+        if not request.user.is_authenticated:
+            return None
+        return super()._get_key(request)

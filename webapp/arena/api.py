@@ -231,6 +231,8 @@ def leaderboard(
     if hardware and chosen is None:
         raise HttpError(404, f"no hardware {hardware!r}")
     return {
+        "rank_order": list(selectors.RANK_ORDER),
+        "rank_order_text": selectors.RANK_ORDER_TEXT,
         "track": track,
         "suite": suite,
         "level": level,
@@ -250,7 +252,7 @@ def leaderboard_entries(
     hardware: ShortText | None = None,
 ):
     """The best evaluation per task behind one figure of a leaderboard row (``figure``: one of
-    attempted, passed, failed, fast_1_eager, fast_1_compile, hacks)."""
+    attempted, passed, failed, fast_1_eager, fast_1_compile, hacks, not_custom)."""
     if figure not in selectors.FIGURES:
         raise HttpError(422, f"figure must be one of {', '.join(selectors.FIGURES)}")
     try:
@@ -264,6 +266,7 @@ def leaderboard_entries(
         suite=suite,
         level=level,
         submitter_id=found.pk,
+        hardware_key=chosen.key if chosen else None,
     )
     return [
         {
@@ -280,6 +283,9 @@ def leaderboard_entries(
             "kernel_id": e.kernel_id,
             "evaluations": e.evaluations,
             "hacked": e.hacked,
+            "confirmed_hack": e.confirmed_hack,
+            "not_custom": e.not_custom,
+            **e.reward.to_dict(),
         }
         for e in entries
         if e.in_figure(figure)

@@ -5,10 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from ninja import Schema
+from ninja import Field, Schema
 
 from webapp.core.permissions import visible_error
 from webapp.core.text import Name, SafeJson, ShortText, Text
+
+from . import selectors
 
 # Kernel sources are capped in bytes by the endpoint (413, KERNEL_SOURCE_MAX_BYTES); this bound
 # in characters only keeps NUL and lone surrogates out (the request body itself is capped at 2.5 MB).
@@ -48,6 +50,13 @@ class KernelOut(Schema):
         return obj.submitter.name
 
 
+class RewardChangeOut(Schema):
+    reason: str = Field(description="verdict: reviewers confirmed a hack; rule: a published reviewer rule")
+    case_id: int | None
+    rule: str | None
+    at: datetime | None
+
+
 class EvaluationOut(Schema):
     id: int
     kernel_id: int
@@ -63,7 +72,11 @@ class EvaluationOut(Schema):
     timings_ms: dict[str, Any]
     speedup_eager: float | None
     speedup_compile: float | None
-    reward: float | None
+    reward: float | None = Field(description="the effective reward: after review, what training should use")
+    reward_original: float | None = Field(description="the reward the evaluator computed")
+    reward_changed_by: RewardChangeOut | None = Field(
+        description="the review decision that replaced the evaluator's reward; null when it stands"
+    )
     reward_config: dict[str, str]
     rule_set: dict[str, str]
     message: str
@@ -84,6 +97,19 @@ class EvaluationOut(Schema):
     @staticmethod
     def resolve_hardware(obj) -> str | None:
         return obj.hardware.key if obj.hardware_id else None
+
+    @staticmethod
+    def resolve_reward(obj) -> float | None:
+        return selectors.evaluation_reward(obj).effective
+
+    @staticmethod
+    def resolve_reward_original(obj) -> float | None:
+        return selectors.evaluation_reward(obj).original
+
+    @staticmethod
+    def resolve_reward_changed_by(obj) -> dict | None:
+        change = selectors.evaluation_reward(obj).changed_by
+        return change.to_dict() if change else None
 
     @staticmethod
     def resolve_reward_config(obj) -> dict[str, str]:
@@ -185,8 +211,16 @@ class LeaderboardRowOut(Schema):
     geomean_speedup_compile: float | None
     geomean_speedup_eager_all: float | None
     geomean_speedup_compile_all: float | None
-    hacks_flagged: int
+    hacks_flagged: int = Field(description="kernels counted as hacks: rejected by the evaluator for a "
+                               "measurement hack, or hidden by review (confirmed hack, reviewer rule)")
+    not_custom: int = Field(description="kernels rejected as not custom (library compute on strict): "
+                            "failed tasks, not hacks")
     needs_review: int
+    geomean_speedup_eager_spread: float | None = Field(
+        description="relative spread of geomean_speedup_eager from the measured IQRs (null if unmeasured)"
+    )
+    rank: int = Field(description="competition rank under rank_order; tied rows share it")
+    tied: bool
 
 
 class LeaderboardEntryOut(Schema):
@@ -203,9 +237,16 @@ class LeaderboardEntryOut(Schema):
     kernel_id: int
     evaluations: int
     hacked: bool
+    confirmed_hack: bool = Field(description="the kernel shown is hidden by review: failed, and a hack")
+    not_custom: bool
+    reward: float | None
+    reward_original: float | None
+    reward_changed_by: RewardChangeOut | None
 
 
 class LeaderboardOut(Schema):
+    rank_order: list[str]
+    rank_order_text: str
     track: str
     suite: str | None
     level: int | None

@@ -13,17 +13,16 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Field, Router, Schema, Status
 from ninja.errors import HttpError
-from ninja.security import django_auth
 
-from webapp.accounts.auth import ApiTokenAuth
+from webapp.accounts.auth import ApiTokenAuth, SignedInSessionAuth
+from webapp.core.paging import page_slice
 from webapp.core.text import LongText, ShortText, Text
 
 from . import selectors, services
 from .models import Flag, ReviewerRule
 
 router = Router(tags=["review"])
-AUTH = [ApiTokenAuth(), django_auth]
-PAGE_SIZE_MAX = 100
+AUTH = [ApiTokenAuth(), SignedInSessionAuth()]
 
 
 class ErrorOut(Schema):
@@ -130,16 +129,10 @@ def flags(
     page: int = 1,
     page_size: int = 50,
 ):
-    qs = selectors.flag_list(kernel_id=kernel_id, source=source)
-    page_size = max(1, min(page_size, PAGE_SIZE_MAX))
-    page = max(1, page)
-    start = (page - 1) * page_size
-    return {
-        "count": qs.count(),
-        "page": page,
-        "page_size": page_size,
-        "items": list(qs[start : start + page_size]),
-    }
+    count, page, page_size, items = page_slice(
+        selectors.flag_list(kernel_id=kernel_id, source=source), page=page, page_size=page_size
+    )
+    return {"count": count, "page": page, "page_size": page_size, "items": items}
 
 
 @router.post("/flags", response={201: FlagOut, 422: ErrorOut}, auth=AUTH)

@@ -11,6 +11,8 @@ from pydantic import ConfigDict
 from webapp.core.permissions import visible_error
 from webapp.core.text import Name, SafeJson, Text
 
+from . import selectors
+
 
 class RolloutLaunchIn(Schema):
     """Launch one rollout (``task_id``) or one per task of a suite (``suite``, optional ``level``).
@@ -64,7 +66,9 @@ class RolloutOut(Schema):
     completion_tokens: int
     passed: bool
     best_speedup: float | None
-    best_reward: float | None
+    best_reward: float | None  # effective: review's relabel of the best evaluation, if any
+    best_reward_original: float | None
+    best_reward_changed_by: dict[str, Any] | None
     best_kernel_id: int | None
     best_evaluation_id: int | None
     cancel_requested: bool
@@ -93,6 +97,19 @@ class RolloutOut(Schema):
     @staticmethod
     def resolve_endpoint(obj) -> str | None:
         return obj.endpoint.name if obj.endpoint_id else None
+
+    @staticmethod
+    def resolve_best_reward(obj) -> float | None:
+        return selectors.rollout_best_reward(obj).effective
+
+    @staticmethod
+    def resolve_best_reward_original(obj) -> float | None:
+        return selectors.rollout_best_reward(obj).original
+
+    @staticmethod
+    def resolve_best_reward_changed_by(obj) -> dict[str, Any] | None:
+        change = selectors.rollout_best_reward(obj).changed_by
+        return change.to_dict() if change else None
 
 
 class RolloutDetailOut(RolloutOut):

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.db.models import Max, QuerySet
 
+from webapp.arena import selectors as arena_selectors
 from webapp.arena.models import Evaluation
 from webapp.core.permissions import can_manage, visible_error
 from webapp.core.text import scrub_paths
@@ -22,7 +23,9 @@ def rollout_list(
     submitter: str | None = None,
     batch_id: int | None = None,
 ) -> QuerySet[Rollout]:
-    qs = Rollout.objects.select_related("task", "submitter", "best_kernel", "endpoint", "created_by")
+    qs = Rollout.objects.select_related(
+        "task", "submitter", "best_kernel", "endpoint", "created_by", *_best_evaluation_related()
+    )
     if status:
         qs = qs.filter(status=status)
     if task_id is not None:
@@ -34,10 +37,26 @@ def rollout_list(
     return qs.order_by("-created", "-id")
 
 
+def _best_evaluation_related() -> list[str]:
+    return ["best_evaluation", *(f"best_evaluation__{p}" for p in arena_selectors.evaluation_related())]
+
+
 def rollout_get(*, rollout_id: int) -> Rollout:
     return Rollout.objects.select_related(
-        "task", "submitter", "best_kernel", "best_evaluation", "batch", "endpoint", "created_by"
+        "task", "submitter", "best_kernel", "batch", "endpoint", "created_by", *_best_evaluation_related()
     ).get(pk=rollout_id)
+
+
+def rollout_best_reward(rollout: Rollout) -> arena_selectors.EffectiveReward:
+    """The rollout's best reward after review: its best evaluation's relabel, if review replaced it."""
+    if rollout.best_evaluation_id is None:
+        return arena_selectors.reward_effective(reward=rollout.best_reward)
+    reviewed = arena_selectors.evaluation_reward(rollout.best_evaluation)
+    if reviewed.changed_by is None:
+        return arena_selectors.reward_effective(reward=rollout.best_reward)
+    return arena_selectors.EffectiveReward(
+        effective=reviewed.effective, original=rollout.best_reward, changed_by=reviewed.changed_by
+    )
 
 
 def batch_get(*, batch_id: int) -> RolloutBatch:
