@@ -9,6 +9,7 @@ from ninja import File, Form, Router, Status, UploadedFile
 from ninja.errors import HttpError
 
 from webapp.accounts.auth import ApiTokenAuth, OptionalApiTokenAuth
+from webapp.core.paging import page_slice
 from webapp.core.permissions import NotAllowed
 from webapp.core.text import Name, ShortText, Text
 
@@ -41,7 +42,7 @@ reader = OptionalApiTokenAuth()  # anyone reads; a token says who asks (an evalu
 
 
 def _page(qs, page: int, page_size: int) -> dict:
-    count, page, page_size, items = selectors.page_slice(qs, page=page, page_size=page_size)
+    count, page, page_size, items = page_slice(qs, page=page, page_size=page_size)
     return {"count": count, "page": page, "page_size": page_size, "items": items}
 
 

@@ -74,7 +74,7 @@ def evaluation_stored_unregister(hook: Callable[..., Any]) -> None:
         _evaluation_stored.remove(hook)
 
 
-def reward_review_register(review: RewardReview) -> None:
+def reward_review_register(review: RewardReview | None) -> None:
     global _reward_review
     _reward_review = review
 

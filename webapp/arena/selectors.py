@@ -11,8 +11,6 @@ from typing import Any
 from django.apps import apps
 from django.db.models import BooleanField, Count, Exists, OuterRef, Prefetch, Q, QuerySet, Value
 
-from webapp.core.paging import PAGE_SIZE_MAX, page_slice  # noqa: F401 - the API's paging
-
 from . import findings, hooks, metrics
 from .models import Evaluation, Hardware, Kernel, Submitter, Task
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from webapp.core.paging import page_of
+from webapp.core.paging import page_of, page_slice
 from webapp.core.permissions import visible_error
 
 from . import charts, selectors
@@ -118,7 +118,7 @@ def entries(request: HttpRequest) -> HttpResponse:
 def task_list(request: HttpRequest) -> HttpResponse:
     suite = request.GET.get("suite") or None
     level = _int_or_none(request.GET.get("level"))
-    count, page, page_size, tasks = selectors.page_slice(
+    count, page, page_size, tasks = page_slice(
         selectors.task_list(suite=suite, level=level, q=request.GET.get("q") or None),
         page=_int_or_none(request.GET.get("page")) or 1,
         page_size=100,

@@ -7,6 +7,7 @@ from ninja import Router, Status
 from ninja.errors import HttpError
 
 from webapp.accounts.auth import ApiTokenAuth, OptionalApiTokenAuth
+from webapp.core.paging import page_slice
 from webapp.core.text import ShortText
 
 from . import conf, selectors, services
@@ -100,7 +101,7 @@ def rollouts(
     page_size: int = 50,
 ):
     qs = selectors.rollout_list(status=status, task_id=task_id, submitter=submitter, batch_id=batch_id)
-    count, page, page_size, items = selectors.page_slice(qs, page=page, page_size=page_size)
+    count, page, page_size, items = page_slice(qs, page=page, page_size=page_size)
     return {"count": count, "page": page, "page_size": page_size, "items": items}
 
 

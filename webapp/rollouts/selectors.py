@@ -13,8 +13,6 @@ from webapp.core.text import scrub_paths
 
 from .models import LlmEndpoint, Rollout, RolloutBatch, RolloutEvent
 
-PAGE_SIZE_MAX = 100
-
 
 def rollout_list(
     *,
@@ -178,14 +176,6 @@ def contrastive_variants(*, task_id: int, track: str, limit: int = 32) -> list:
         if len(variants) >= limit:
             break
     return variants
-
-
-def page_slice(qs: QuerySet, *, page: int, page_size: int) -> tuple[int, int, int, list]:
-    page_size = max(1, min(page_size, PAGE_SIZE_MAX))
-    page = max(1, page)
-    count = qs.count()
-    start = (page - 1) * page_size
-    return count, page, page_size, list(qs[start : start + page_size])
 
 
 def task_exists(*, task_id: int) -> bool:

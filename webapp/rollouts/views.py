@@ -12,6 +12,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from webapp.accounts.services import LimitExceeded
+from webapp.core.paging import page_slice
 from webapp.core.permissions import NotAllowed, can_manage, visible_error
 
 from . import selectors, services
@@ -65,7 +66,7 @@ def _list_url() -> str:
 def rollout_list(request: HttpRequest) -> HttpResponse:
     status = request.GET.get("status") or None
     batch_id = _int_or_none(request.GET.get("batch"))
-    count, page, page_size, rollouts = selectors.page_slice(
+    count, page, page_size, rollouts = page_slice(
         selectors.rollout_list(
             status=status, batch_id=batch_id, submitter=request.GET.get("submitter") or None
         ),

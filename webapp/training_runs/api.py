@@ -8,6 +8,7 @@ from ninja import Router, Status
 from ninja.errors import HttpError
 
 from webapp.accounts.auth import ApiTokenAuth, OptionalApiTokenAuth
+from webapp.core.paging import page_slice
 from webapp.core.text import ShortText
 
 from . import conf, selectors, services
@@ -73,7 +74,7 @@ def launch(request: HttpRequest, payload: TrainingLaunchIn):
 
 @router.get("/", response=TrainingRunPage, auth=reader)
 def runs(request: HttpRequest, status: ShortText | None = None, page: int = 1, page_size: int = 50):
-    count, page, page_size, items = selectors.page_slice(
+    count, page, page_size, items = page_slice(
         selectors.training_run_list(status=status), page=page, page_size=page_size
     )
     return {"count": count, "page": page, "page_size": page_size, "items": items}

@@ -13,8 +13,6 @@ from webapp.core.permissions import visible_error
 from . import conf
 from .models import TrainingCheckpoint, TrainingMetric, TrainingRun, TrainingSample
 
-PAGE_SIZE_MAX = 100
-
 
 def training_recipe_names() -> list[str]:
     """The example configs shipped in training/configs/ (``tiny_cpu_grpo``, ``cuda_agent``, …)."""
@@ -127,14 +125,6 @@ def training_run_state(*, run_id: int, viewer: Any = None) -> dict[str, Any] | N
     row["last_sample_step"] = training_last_sample_step(run_id=run_id)
     row["checkpoints"] = [training_checkpoint_payload(c) for c in training_checkpoints(run_id=run_id)]
     return row
-
-
-def page_slice(qs: QuerySet, *, page: int, page_size: int) -> tuple[int, int, int, list]:
-    page_size = max(1, min(page_size, PAGE_SIZE_MAX))
-    page = max(1, page)
-    count = qs.count()
-    start = (page - 1) * page_size
-    return count, page, page_size, list(qs[start : start + page_size])
 
 
 def training_registry() -> dict[str, list[dict[str, str]]]:

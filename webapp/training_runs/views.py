@@ -11,6 +11,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from webapp.core.paging import page_slice
 from webapp.core.permissions import NotAllowed, can_manage, visible_error
 
 from . import conf, selectors, services
@@ -26,7 +27,7 @@ def _int_or_none(value: str | None) -> int | None:
 
 def run_list(request: HttpRequest) -> HttpResponse:
     status = request.GET.get("status") or None
-    count, page, page_size, runs = selectors.page_slice(
+    count, page, page_size, runs = page_slice(
         selectors.training_run_list(status=status),
         page=_int_or_none(request.GET.get("page")) or 1,
         page_size=100,

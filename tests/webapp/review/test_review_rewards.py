@@ -231,3 +231,29 @@ def test_a_signed_in_session_without_a_csrf_token_is_still_refused(make_kernel, 
 
     assert flag.status_code == 403
     assert "CSRF" in flag.content.decode()
+
+
+def test_arena_reads_the_effective_reward_only_through_the_hook_review_registers(
+    client, hacked_submitter, member, reviewers, token_of
+):
+    # given: a confirmed hack (its reward relabelled to the floor by review)
+    from webapp.arena import hooks, selectors
+
+    hack = hacked_submitter["hack"]
+    _confirm_hack(client, hack.kernel_id, member=member, reviewers=reviewers, token_of=token_of)
+    registered = hooks.reward_review()
+    assert registered is not None
+    relabelled = selectors.evaluation_rewards(evaluation_ids=[hack.pk])[hack.pk]
+    assert (relabelled.effective, relabelled.original, relabelled.changed_by.reason) == (-1.0, 1.0, "verdict")
+
+    # when: no app registers how review replaces rewards (arena alone)
+    hooks.reward_review_register(None)
+    try:
+        alone = selectors.evaluation_rewards(evaluation_ids=[hack.pk])[hack.pk]
+        related = selectors.evaluation_related()
+    finally:
+        hooks.reward_review_register(registered)
+
+    # then: the evaluator's reward stands and arena asks for no review relation
+    assert (alone.effective, alone.original, alone.changed_by) == (1.0, 1.0, None)
+    assert related == []
