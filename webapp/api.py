@@ -6,7 +6,9 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from ninja import NinjaAPI
 
+from webapp.accounts.services import LimitExceeded
 from webapp.arena.api import router as arena_router
+from webapp.core.permissions import NotAllowed
 from webapp.review.api import router as review_router
 from webapp.rollouts.api import router as rollouts_router
 from webapp.training_runs.api import router as training_router
@@ -28,3 +30,13 @@ api.add_router("/training", training_router)
 def request_too_big(request, exc):
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     return api.create_response(request, {"detail": f"the request body is over {limit} bytes"}, status=413)
+
+
+@api.exception_handler(NotAllowed)
+def not_allowed(request, exc):
+    return api.create_response(request, {"detail": str(exc)}, status=403)
+
+
+@api.exception_handler(LimitExceeded)
+def limit_exceeded(request, exc):
+    return api.create_response(request, {"detail": str(exc)}, status=429)

@@ -11,9 +11,9 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 
 django_asgi_app = get_asgi_application()
 if settings.SERVE_STATIC:
-    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+    from webapp.core.static import StaticFilesHandler
 
-    django_asgi_app = ASGIStaticFilesHandler(django_asgi_app)
+    django_asgi_app = StaticFilesHandler(django_asgi_app)
 
 if settings.JOB_BACKEND == "embedded":  # no Celery beat here: this process sweeps its own jobs' rows
     from webapp.core.sweeper import sweeper_thread_start

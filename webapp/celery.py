@@ -15,9 +15,17 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
+_warmed_up_pid: int | None = None
+
+
 def _warm_up_evaluator(who: str) -> None:
     """Start the zygote and load the light-build bridge now, in the background, not in the first
-    evaluation, when the worker was started with KERNELCOURT_WARM_UP=cuda (the gpu queue's) or cpu."""
+    evaluation, when the worker was started with KERNELCOURT_WARM_UP=cuda (the gpu queue's) or cpu.
+    Once per process: the solo pool sends worker_process_init in the worker's own process too."""
+    global _warmed_up_pid
+    if _warmed_up_pid == os.getpid():
+        return
+    _warmed_up_pid = os.getpid()
     from gpu_workers.workers.warmup import configured_device, warm_up_in_background
 
     try:

@@ -233,7 +233,7 @@ def known_leaderboard(make_task, make_submitter, make_kernel, make_evaluation, m
             "rejected",
             50.0,
             50.0,
-            findings=[{"rule": "library_compute", "severity": "reject", "message": "m", "family": 1}],
+            findings=[{"rule": "timer_mismatch", "severity": "reject", "message": "m", "family": 1}],
         ),
         "a_t4": ev(alpha, t4, "passed", 4.0, 2.0),
         "b_t1": ev(beta, t1, "compile_error"),

@@ -87,7 +87,7 @@ def test_evaluation_detail_carries_the_verdict(client, known_leaderboard):
     body = client.get(f"/api/evaluations/{evaluation.pk}").json()
 
     assert body["status"] == "rejected"
-    assert body["findings"][0]["rule"] == "library_compute"
+    assert body["findings"][0]["rule"] == "timer_mismatch"
     assert body["hardware"] == "cpu:test|torch-2.13.0|cuda-none"
     assert body["submitter"] == "alpha"
 

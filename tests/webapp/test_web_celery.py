@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from tests.webapp.celery_broker import celery_worker, wait_finished
@@ -117,11 +118,14 @@ def test_a_worker_killed_whole_mid_evaluation_has_its_row_swept_back_and_a_secon
     with celery_worker(queue="gpu", redis_url=REDIS_URL, settings=settings, log_path=second_log, extra_env=extra) as second:
         swept = {}
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not swept:
-            swept = jobs_sweep()  # in the team setup: the beat task, every JOB_SWEEP_S
-            time.sleep(0.2)
-        evaluation.refresh_from_db()
-        requeued = (evaluation.status, evaluation.worker, evaluation.error)
+        # the sweeper's enqueue is published when this transaction commits: the row it wrote is read
+        # first, before the second worker can claim it
+        with transaction.atomic():
+            while time.monotonic() < deadline and not swept:
+                swept = jobs_sweep()  # in the team setup: the beat task, every JOB_SWEEP_S
+                time.sleep(0.2)
+            evaluation.refresh_from_db()
+            requeued = (evaluation.status, evaluation.worker, evaluation.error)
         wait_finished(evaluation, 300, second)
         log = second_log.read_text()
         assert second.poll() is None, log[-3000:]

@@ -161,18 +161,26 @@ def test_builtin_suite_import():
     assert importers.tasks_import_suite().skipped == report.created
 
 
-def test_import_endpoint_for_training_tasks(client, api_token):
+def test_import_endpoint_for_training_tasks_needs_staff(client, api_token, staff_token):
     from django.core.files.uploadedfile import SimpleUploadedFile
 
     body = (json.dumps({"ops": ["mul"], "data_source": "x", "code": GOOD}) + "\n{bad\n").encode()
 
-    response = client.post(
+    not_staff = client.post(
         "/api/import/training-tasks",
         {"file": SimpleUploadedFile("t.jsonl", body)},
         HTTP_AUTHORIZATION=f"Bearer {api_token}",
     )
+    tasks_after_refusal = Task.objects.count()
+    response = client.post(
+        "/api/import/training-tasks",
+        {"file": SimpleUploadedFile("t.jsonl", body)},
+        HTTP_AUTHORIZATION=f"Bearer {staff_token}",
+    )
     anonymous = client.post("/api/import/training-tasks", {"file": SimpleUploadedFile("t.jsonl", body)})
 
+    assert (not_staff.status_code, tasks_after_refusal) == (403, 0)
+    assert "needs a staff user's token" in not_staff.json()["detail"]
     assert response.status_code == 200
     assert response.json()["created"] == 1
     assert response.json()["errors"][0]["line"] == 2

@@ -114,3 +114,113 @@ def test_leaderboard_without_evaluations_is_empty():
     hardware, rows, entries = selectors.leaderboard_rows(track="strict")
 
     assert (hardware, rows, entries) == (None, [], [])
+
+
+def test_geomean_over_all_attempted_is_none_when_nothing_passed():
+    failed = [metrics.TaskOutcome(1, False), metrics.TaskOutcome(2, False)]
+
+    assert metrics.geomean_speedup_all(failed, baseline="eager") is None
+    assert metrics.geomean_speedup_all([], baseline="eager") is None
+
+
+def _ranked(track="strict"):
+    _, rows, _ = selectors.leaderboard_rows(track=track)
+    return [(r.submitter, r.rank, r.tied) for r in rows]
+
+
+def test_ties_share_a_rank_and_the_next_rank_skips(make_submitter, make_kernel, make_evaluation, make_task):
+    # given: two submitters with identical figures, one better, one worse
+    task_a, task_b = make_task(name="ta"), make_task(name="tb")
+    for name, speedups in (
+        ("zeta", (2.0, 0.5)),
+        ("alpha", (2.0, 0.5)),
+        ("mid", (3.0, None)),
+        ("best", (2.0, 2.0)),
+    ):
+        sub = make_submitter(name=name)
+        for task, speedup in zip((task_a, task_b), speedups, strict=True):
+            status = "passed" if speedup else "incorrect"
+            make_evaluation(kernel=make_kernel(task=task, submitter=sub), status=status, eager=speedup)
+
+    # when
+    ranked = _ranked()
+
+    # then: best (fast_1 1.0) first; alpha and zeta tie at 2 (listed by name); mid (pass rate 0.5) is 4th
+    assert ranked == [("best", 1, False), ("alpha", 2, True), ("zeta", 2, True), ("mid", 4, False)]
+
+
+def test_ranking_puts_the_honest_submitter_above_hackers_and_broken_ones(
+    make_submitter, make_kernel, make_evaluation, make_task
+):
+    # given: nobody beats eager; the honest one is correct everywhere, the others fail, hack or are not custom
+    tasks = [make_task(name=f"task{i}") for i in range(2)]
+    honest, broken, hacker, rewriter = (
+        make_submitter(name=n) for n in ("zz-honest", "a-broken", "b-hacker", "c-rewriter")
+    )
+    for task in tasks:
+        make_evaluation(kernel=make_kernel(task=task, submitter=honest), eager=0.8)
+        make_evaluation(kernel=make_kernel(task=task, submitter=broken), status="compile_error")
+        make_evaluation(
+            kernel=make_kernel(task=task, submitter=hacker),
+            status="rejected",
+            eager=90.0,
+            findings=[{"rule": "timer_mismatch", "severity": "reject", "message": "m", "family": 1}],
+        )
+        make_evaluation(
+            kernel=make_kernel(task=task, submitter=rewriter),
+            status="rejected",
+            eager=1.1,
+            findings=[{"rule": "library_compute", "severity": "reject", "message": "m", "family": 14}],
+        )
+
+    # when
+    _, rows, _ = selectors.leaderboard_rows(track="strict")
+    by_name = {r.submitter: r for r in rows}
+
+    # then: the honest submitter is first; the three who passed nothing tie behind it
+    assert [(r.submitter, r.rank) for r in rows] == [
+        ("zz-honest", 1),
+        ("a-broken", 2),
+        ("b-hacker", 2),
+        ("c-rewriter", 2),
+    ]
+    assert (by_name["b-hacker"].hacks_flagged, by_name["b-hacker"].not_custom) == (2, 0)
+    assert (by_name["c-rewriter"].hacks_flagged, by_name["c-rewriter"].not_custom) == (0, 2)
+    assert by_name["a-broken"].geomean_speedup_eager_all is None  # failed everything: no speedup, not 1x
+    assert by_name["zz-honest"].geomean_speedup_eager_all == pytest.approx(0.8)
+
+
+def test_geomeans_inside_the_measured_spread_tie(make_submitter, make_kernel, make_evaluation, make_task):
+    # given: geomeans 1.50 and 1.52 (inside a 5% spread each) and 1.90 (outside)
+    task = make_task(name="noisy")
+    for name, speedup in (("a", 1.50), ("b", 1.52), ("c", 1.90)):
+        ev = make_evaluation(
+            kernel=make_kernel(task=task, submitter=make_submitter(name=name)), eager=speedup, compile=0.5
+        )
+        ev.result = {"timing_stats": {"kernel": {"spread": 0.03}, "eager": {"spread": 0.02}}}
+        ev.save(update_fields=["result"])
+
+    # when
+    _, rows, _ = selectors.leaderboard_rows(track="strict")
+
+    # then
+    assert [(r.submitter, r.rank, r.tied) for r in rows] == [("c", 1, False), ("a", 2, True), ("b", 2, True)]
+    assert {r.submitter: r.geomean_speedup_eager_spread for r in rows} == {
+        "a": pytest.approx(0.05),
+        "b": pytest.approx(0.05),
+        "c": pytest.approx(0.05),
+    }
+
+
+def test_without_spreads_close_geomeans_do_not_tie(make_submitter, make_kernel, make_evaluation, make_task):
+    task = make_task(name="quiet")
+    for name, speedup in (("a", 1.50), ("b", 1.52)):
+        make_evaluation(kernel=make_kernel(task=task, submitter=make_submitter(name=name)), eager=speedup)
+
+    assert _ranked() == [("b", 1, False), ("a", 2, False)]
+
+
+def test_sorting_by_a_column_keeps_the_ranks(known_leaderboard):
+    _, by_attempted, _ = selectors.leaderboard_rows(track="strict", sort="tasks_attempted")
+
+    assert [(r.submitter, r.rank) for r in by_attempted] == [("beta", 2), ("alpha", 1)]

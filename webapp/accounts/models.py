@@ -20,3 +20,19 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"
+
+
+class UsageEvent(models.Model):
+    """One rate-limited action of a user (a submission, a launch), counted over a sliding window by
+    webapp.accounts.services.rate_limit_take; rows older than the window are deleted as it counts."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    action = models.CharField(max_length=32)
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-at"]
+        indexes = [models.Index(fields=["user", "action", "at"], name="usage_event_window_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.action} by {self.user_id} at {self.at:%H:%M:%S}"

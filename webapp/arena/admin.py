@@ -13,9 +13,13 @@ class TaskAdmin(admin.ModelAdmin):
 
 @admin.register(Submitter)
 class SubmitterAdmin(admin.ModelAdmin):
-    list_display = ("name", "kind", "created")
+    """Members may post under the submitter (with its creator); staff add them here."""
+
+    list_display = ("name", "kind", "created_by", "created")
     list_filter = ("kind",)
-    search_fields = ("name",)
+    search_fields = ("name", "created_by__username", "members__username")
+    raw_id_fields = ("created_by",)
+    filter_horizontal = ("members",)
 
 
 @admin.register(Kernel)
@@ -51,7 +55,7 @@ class EvaluationAdmin(admin.ModelAdmin):
     )
     list_filter = ("status", "track", "needs_review", "hardware")
     list_select_related = ("kernel__task", "kernel__submitter", "hardware")
-    raw_id_fields = ("kernel",)
+    raw_id_fields = ("kernel", "requested_by")
     # the job runner's fields: written by the job that runs the row, never by hand
     readonly_fields = (
         "created",

@@ -8,7 +8,10 @@ from django.shortcuts import get_object_or_404
 from ninja import File, Form, Router, Status, UploadedFile
 from ninja.errors import HttpError
 
-from webapp.accounts.auth import ApiTokenAuth
+from webapp.accounts.auth import ApiTokenAuth, OptionalApiTokenAuth
+from webapp.core.paging import page_slice
+from webapp.core.permissions import NotAllowed
+from webapp.core.text import Name, ShortText, Text
 
 from . import importers, selectors, services
 from .models import Evaluation, Kernel, Submitter, Task
@@ -25,26 +28,30 @@ from .schemas import (
     KernelSubmitOut,
     LeaderboardEntryOut,
     LeaderboardOut,
+    SubmitterDetailOut,
+    SubmitterMemberIn,
     SubmitterPage,
+    SubmitterUpdateIn,
     TaskDetailOut,
     TaskPage,
 )
 
 router = Router(tags=["arena"])
 auth = ApiTokenAuth()
+reader = OptionalApiTokenAuth()  # anyone reads; a token says who asks (an evaluator error is the requester's)
 
 
 def _page(qs, page: int, page_size: int) -> dict:
-    count, page, page_size, items = selectors.page_slice(qs, page=page, page_size=page_size)
+    count, page, page_size, items = page_slice(qs, page=page, page_size=page_size)
     return {"count": count, "page": page, "page_size": page_size, "items": items}
 
 
 @router.get("/tasks", response=TaskPage)
 def tasks(
     request: HttpRequest,
-    suite: str | None = None,
+    suite: ShortText | None = None,
     level: int | None = None,
-    q: str | None = None,
+    q: ShortText | None = None,
     page: int = 1,
     page_size: int = 50,
 ):
@@ -60,15 +67,15 @@ def task(request: HttpRequest, task_id: int):
 def kernels(
     request: HttpRequest,
     task_id: int | None = None,
-    submitter: str | None = None,
-    origin: str | None = None,
+    submitter: ShortText | None = None,
+    origin: ShortText | None = None,
     page: int = 1,
     page_size: int = 50,
 ):
     return _page(selectors.kernel_list(task_id=task_id, submitter=submitter, origin=origin), page, page_size)
 
 
-@router.get("/kernels/{kernel_id}", response=KernelDetailOut)
+@router.get("/kernels/{kernel_id}", response=KernelDetailOut, auth=reader)
 def kernel(request: HttpRequest, kernel_id: int):
     try:
         return selectors.kernel_detail(kernel_id=kernel_id)
@@ -77,7 +84,17 @@ def kernel(request: HttpRequest, kernel_id: int):
 
 
 @router.post(
-    "/kernels", response={202: KernelSubmitOut, 404: ErrorOut, 413: ErrorOut, 422: ErrorOut}, auth=auth
+    "/kernels",
+    response={
+        202: KernelSubmitOut,
+        403: ErrorOut,
+        404: ErrorOut,
+        409: ErrorOut,
+        413: ErrorOut,
+        422: ErrorOut,
+        429: ErrorOut,
+    },
+    auth=auth,
 )
 def kernel_submit(request: HttpRequest, payload: KernelSubmitIn):
     size = len(payload.source.encode("utf-8"))
@@ -100,7 +117,10 @@ def kernel_submit(request: HttpRequest, payload: KernelSubmitIn):
             track=payload.track,
             origin=Kernel.Origin.API,
             metadata={"submitted_by": request.user.get_username()},
+            user=request.user,
         )
+    except services.Conflict as exc:
+        return Status(409, {"detail": str(exc)})
     except services.InvalidInput as exc:
         return Status(422, {"detail": str(exc)})
     return Status(
@@ -115,8 +135,48 @@ def kernel_submit(request: HttpRequest, payload: KernelSubmitIn):
 
 
 @router.get("/submitters", response=SubmitterPage)
-def submitters(request: HttpRequest, kind: str | None = None, page: int = 1, page_size: int = 50):
+def submitters(request: HttpRequest, kind: ShortText | None = None, page: int = 1, page_size: int = 50):
     return _page(selectors.submitter_list(kind=kind), page, page_size)
+
+
+def _submitter_detail(name: str) -> Submitter:
+    try:
+        return Submitter.objects.select_related("created_by").prefetch_related("members").get(name=name)
+    except Submitter.DoesNotExist as exc:
+        raise HttpError(404, f"no submitter {name!r}") from exc
+
+
+@router.get("/submitters/{name}", response=SubmitterDetailOut)
+def submitter(request: HttpRequest, name: str):
+    return _submitter_detail(name)
+
+
+@router.patch("/submitters/{name}", response={200: SubmitterDetailOut, 403: ErrorOut}, auth=auth)
+def submitter_update(request: HttpRequest, name: str, payload: SubmitterUpdateIn):
+    """Replace a submitter's metadata (its creator, its members or staff)."""
+    _submitter_detail(name)
+    services.submitter_update(name=name, user=request.user, metadata=payload.metadata)
+    return _submitter_detail(name)
+
+
+@router.post(
+    "/submitters/{name}/members", response={200: SubmitterDetailOut, 403: ErrorOut, 422: ErrorOut}, auth=auth
+)
+def submitter_member_add(request: HttpRequest, name: str, payload: SubmitterMemberIn):
+    """Let another user post under a submitter (staff only)."""
+    _submitter_detail(name)
+    try:
+        services.submitter_member_add(name=name, username=payload.username, by=request.user)
+    except services.InvalidInput as exc:
+        return Status(422, {"detail": str(exc)})
+    return _submitter_detail(name)
+
+
+@router.delete("/submitters/{name}/members/{username}", response={200: SubmitterDetailOut}, auth=auth)
+def submitter_member_remove(request: HttpRequest, name: str, username: str):
+    _submitter_detail(name)
+    services.submitter_member_remove(name=name, username=username, by=request.user)
+    return _submitter_detail(name)
 
 
 @router.get("/hardware", response=list[HardwareOut])
@@ -124,15 +184,15 @@ def hardware(request: HttpRequest):
     return selectors.hardware_list()
 
 
-@router.get("/evaluations", response=EvaluationPage)
+@router.get("/evaluations", response=EvaluationPage, auth=reader)
 def evaluations(
     request: HttpRequest,
     kernel_id: int | None = None,
     task_id: int | None = None,
-    status: str | None = None,
-    track: str | None = None,
-    hardware: str | None = None,
-    submitter: str | None = None,
+    status: ShortText | None = None,
+    track: ShortText | None = None,
+    hardware: ShortText | None = None,
+    submitter: ShortText | None = None,
     page: int = 1,
     page_size: int = 50,
 ):
@@ -147,7 +207,7 @@ def evaluations(
     return _page(qs, page, page_size)
 
 
-@router.get("/evaluations/{evaluation_id}", response=EvaluationDetailOut)
+@router.get("/evaluations/{evaluation_id}", response=EvaluationDetailOut, auth=reader)
 def evaluation(request: HttpRequest, evaluation_id: int):
     try:
         return selectors.evaluation_get(evaluation_id=evaluation_id)
@@ -158,11 +218,11 @@ def evaluation(request: HttpRequest, evaluation_id: int):
 @router.get("/leaderboard", response=LeaderboardOut)
 def leaderboard(
     request: HttpRequest,
-    track: str = "strict",
-    suite: str | None = None,
+    track: ShortText = "strict",
+    suite: ShortText | None = None,
     level: int | None = None,
-    hardware: str | None = None,
-    sort: str = selectors.DEFAULT_SORT,
+    hardware: ShortText | None = None,
+    sort: ShortText = selectors.DEFAULT_SORT,
 ):
     if track not in Evaluation.Track.values:
         raise HttpError(422, f"track must be one of {', '.join(Evaluation.Track.values)}")
@@ -172,6 +232,8 @@ def leaderboard(
     if hardware and chosen is None:
         raise HttpError(404, f"no hardware {hardware!r}")
     return {
+        "rank_order": list(selectors.RANK_ORDER),
+        "rank_order_text": selectors.RANK_ORDER_TEXT,
         "track": track,
         "suite": suite,
         "level": level,
@@ -183,15 +245,15 @@ def leaderboard(
 @router.get("/leaderboard/entries", response=list[LeaderboardEntryOut])
 def leaderboard_entries(
     request: HttpRequest,
-    submitter: str,
-    figure: str = "attempted",
-    track: str = "strict",
-    suite: str | None = None,
+    submitter: ShortText,
+    figure: ShortText = "attempted",
+    track: ShortText = "strict",
+    suite: ShortText | None = None,
     level: int | None = None,
-    hardware: str | None = None,
+    hardware: ShortText | None = None,
 ):
     """The best evaluation per task behind one figure of a leaderboard row (``figure``: one of
-    attempted, passed, failed, fast_1_eager, fast_1_compile, hacks)."""
+    attempted, passed, failed, fast_1_eager, fast_1_compile, hacks, not_custom)."""
     if figure not in selectors.FIGURES:
         raise HttpError(422, f"figure must be one of {', '.join(selectors.FIGURES)}")
     try:
@@ -205,6 +267,7 @@ def leaderboard_entries(
         suite=suite,
         level=level,
         submitter_id=found.pk,
+        hardware_key=chosen.key if chosen else None,
     )
     return [
         {
@@ -221,6 +284,9 @@ def leaderboard_entries(
             "kernel_id": e.kernel_id,
             "evaluations": e.evaluations,
             "hacked": e.hacked,
+            "confirmed_hack": e.confirmed_hack,
+            "not_custom": e.not_custom,
+            **e.reward.to_dict(),
         }
         for e in entries
         if e.in_figure(figure)
@@ -241,15 +307,22 @@ def _upload_lines(upload: UploadedFile) -> list[str]:
         raise HttpError(422, "the file must be UTF-8 JSONL") from exc
 
 
+def _staff(request: HttpRequest, why: str) -> None:
+    if not request.user.is_staff:
+        raise NotAllowed(f"{why} needs a staff user's token")
+
+
 @router.post("/import/suite", response=ImportReportOut, auth=auth)
 def import_suite(request: HttpRequest):
+    _staff(request, "importing tasks (shared by every submitter)")
     return importers.tasks_import_suite().to_dict()
 
 
 @router.post("/import/training-tasks", response=ImportReportOut, auth=auth)
 def import_training_tasks(
-    request: HttpRequest, file: UploadedFile = File(...), suite: str = Form("training")
+    request: HttpRequest, file: UploadedFile = File(...), suite: Text(64) = Form("training")
 ):
+    _staff(request, "importing tasks (shared by every submitter)")
     rows = importers._jsonl_rows(_upload_lines(file))
     return importers.tasks_import_training_rows(rows=rows, suite=suite, where=file.name or "").to_dict()
 
@@ -258,16 +331,23 @@ def import_training_tasks(
 def import_kernels(
     request: HttpRequest,
     file: UploadedFile = File(...),
-    submitter: str = Form(...),
-    suite: str = Form("kernelbench"),
-    track: str = Form("strict"),
+    submitter: Name = Form(...),
+    suite: Text(64) = Form("kernelbench"),
+    track: Text(16) = Form("strict"),
 ):
+    """Kernel rows under a submitter you may use; one submission per file, one queued evaluation
+    per row (rate limit and queue cap)."""
     if track not in Evaluation.Track.values:
         raise HttpError(422, f"track must be one of {', '.join(Evaluation.Track.values)}")
     rows = importers._jsonl_rows(_upload_lines(file))
     try:
         report = importers.kernels_import_rows(
-            submitter_name=submitter, rows=rows, suite=suite, track=track, where=file.name or ""
+            submitter_name=submitter,
+            rows=rows,
+            suite=suite,
+            track=track,
+            where=(file.name or "")[:255],
+            user=request.user,
         )
     except services.InvalidInput as exc:
         raise HttpError(422, str(exc)) from exc
@@ -276,8 +356,7 @@ def import_kernels(
 
 @router.post("/import/kernelbench", response=ImportReportOut, auth=auth)
 def import_kernelbench(request: HttpRequest, payload: ImportKernelbenchIn):
-    if not request.user.is_staff:  # reads a path on the server: staff only
-        raise HttpError(403, "importing from a server path needs a staff user's token")
+    _staff(request, "importing from a server path")
     try:
         return importers.tasks_import_kernelbench(path=payload.path).to_dict()
     except services.InvalidInput as exc:

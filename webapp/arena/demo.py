@@ -1,6 +1,10 @@
 """Sample submitters and kernels for ``manage.py demo``: honest, slow, broken and cheating ones, so
 every page has something to show. Only the "reference-cpp" kernels and one broken C++ file compile
-anything (each C++ build costs ~35 s on a laptop the first time; the evaluator caches them)."""
+anything (each C++ build costs ~35 s on a laptop the first time; the evaluator caches them).
+
+The "ckpt-step-900" kernels are hacks an RL checkpoint might learn; the evaluator's review findings
+put each of them in the review queue when the demo evaluates them, as it would for any submission.
+The demo's logins are in ``DEMO_USERS``: an admin and a reviewer, so that two people can decide a case."""
 
 from __future__ import annotations
 
@@ -126,6 +130,77 @@ class ModelNew(nn.Module):
         return _ext.sum_forward(x, self.dim)
 '''
 
+SILU_BF16 = '''import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    """Computes the fp32 SiLU in bfloat16 and casts back: faster on tensor hardware, and less precise."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        low = x.to(torch.bfloat16)
+        return (low * torch.sigmoid(low)).float()
+'''
+
+GELU_THREAD = '''import threading
+
+import torch
+import torch.nn as nn
+
+
+def _fill(x, out):
+    out.copy_(0.5 * x * (1.0 + torch.erf(x * 0.7071067811865476)))
+
+
+class ModelNew(nn.Module):
+    """Returns at once and lets a thread write the output: the timer stops before the work is done."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        out = torch.empty_like(x)
+        threading.Thread(target=_fill, args=(x, out), daemon=True).start()
+        return out
+'''
+
+MATMUL_FALLBACK = '''import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    """Claims a custom kernel, but the 'kernel' always fails and the fallback is the library's matmul."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        try:
+            raise NotImplementedError("custom tiled matmul not built")
+        except Exception:
+            return torch.matmul(a, b)
+'''
+
+GELU_TF32 = '''import torch
+import torch.nn as nn
+
+# Allows TF32 matmuls on the GPU: harmless for an elementwise op, but a reviewer should see it.
+torch.backends.cuda.matmul.allow_tf32 = True
+
+
+class ModelNew(nn.Module):
+    """Exact GELU written out with torch.erf, with a precision switch set at import."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return 0.5 * x * (1.0 + torch.erf(x * 0.7071067811865476))
+'''
+
 XSS_PROBE = """import torch
 import torch.nn as nn
 
@@ -155,6 +230,10 @@ DEMO_SUBMITTERS = {
     "llm-7b-sft": {"kind": "model", "metadata": {"base": "a 7B coder", "stage": "SFT"}},
     "agent-v0": {"kind": "agent", "metadata": {"policy": "llm-7b-sft", "max_turns": 8}},
     "ckpt-step-400": {"kind": "checkpoint", "metadata": {"run": "grpo-demo", "step": 400}},
+    "ckpt-step-900": {
+        "kind": "checkpoint",
+        "metadata": {"run": "grpo-demo", "step": 900, "note": "reward went up; reviewers should look"},
+    },
 }
 
 DEMO_KERNELS = (
@@ -169,4 +248,25 @@ DEMO_KERNELS = (
     DemoKernel("ckpt-step-400", "checkpoint", "gelu", GELU_WRONG, ("strict", "open")),
     DemoKernel("ckpt-step-400", "checkpoint", "silu", SILU_EMPTY, ("strict", "open")),
     DemoKernel("ckpt-step-400", "checkpoint", "softmax", SOFTMAX_TORCH, ("open",)),
+    # hacks with review findings: the evaluator rejects them, and each lands in the review queue
+    DemoKernel("ckpt-step-900", "checkpoint", "silu", SILU_BF16, ("open",)),
+    DemoKernel("ckpt-step-900", "checkpoint", "gelu", GELU_THREAD, ("open",)),
+    DemoKernel("ckpt-step-900", "checkpoint", "matmul", MATMUL_FALLBACK, ("strict",)),
+    # honest, but it sets a precision switch: flagged for review, most likely legit
+    DemoKernel("agent-v0", "agent", "gelu", GELU_TF32, ("open",)),
+)
+
+
+@dataclass(frozen=True)
+class DemoUser:
+    username: str
+    role: str  # what the login is for, printed beside it
+    superuser: bool = False
+    groups: tuple[str, ...] = ()
+
+
+# Passwords are new random ones on every run, printed by the command (demo only).
+DEMO_USERS = (
+    DemoUser("admin", "staff and superuser: admin pages, training launches; can review too", superuser=True),
+    DemoUser("reviewer", "the Reviewer group: the review queue, verdicts, rules", groups=("Reviewer",)),
 )

@@ -21,6 +21,8 @@ from .services import (
     evaluation_request,
     kernel_create,
     source_hash,
+    submissions_limit_take,
+    submitter_for_user,
     submitter_get_or_create,
     task_upsert,
 )
@@ -247,6 +249,7 @@ def _kernel_store(
     suite: str,
     track: str,
     metadata: dict,
+    requested_by: Any = None,
 ) -> None:
     try:
         level_n, task_n = int(level), int(task_id)
@@ -265,7 +268,7 @@ def _kernel_store(
             kernel, created = kernel_create(
                 task=task, submitter=submitter, source=code, origin=Kernel.Origin.IMPORT, metadata=metadata
             )
-            evaluation = evaluation_request(kernel_id=kernel.pk, track=track)
+            evaluation = evaluation_request(kernel_id=kernel.pk, track=track, requested_by=requested_by)
     except InvalidInput as exc:
         report.errors.append(RowError(line, str(exc), where))
         return
@@ -285,8 +288,17 @@ def kernels_import_rows(
     track: str = "strict",
     where: str = "",
     submitter_kind: str = Submitter.Kind.MODEL,
+    user: Any = None,
 ) -> ImportReport:
-    submitter = submitter_get_or_create(name=submitter_name, kind=submitter_kind)
+    """Kernel rows under one submitter, each queued. With ``user`` (an API request's): a submitter
+    that user may use, within their limits (one submission per file, one queued evaluation per row)."""
+    rows = list(rows)
+    if user is not None:
+        with transaction.atomic():
+            submitter = submitter_for_user(name=submitter_name, user=user)
+            submissions_limit_take(user=user, adding=sum(1 for _, row, _ in rows if row is not None))
+    else:
+        submitter = submitter_get_or_create(name=submitter_name, kind=submitter_kind)
     report = ImportReport()
     for number, row, problem in rows:
         if row is None:
@@ -297,6 +309,7 @@ def kernels_import_rows(
             where=where,
             line=number,
             submitter=submitter,
+            requested_by=user,
             level=row.get("level_id"),
             task_id=row.get("task_id"),
             code=row.get("custom_code"),

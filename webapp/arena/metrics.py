@@ -1,7 +1,8 @@
 """Leaderboard metrics as the papers define them (DESIGN.md "Metrics"); pure functions, no Django.
 
 One TaskOutcome per attempted task: the submitter's best evaluation of that task (highest speedup
-vs eager among correct, non-rejected evaluations; ties go to the earliest evaluation).
+vs eager among correct, non-rejected evaluations; ties go to the earliest evaluation). A kernel that
+was rejected, or that review confirmed as a hack, is a failed task.
 """
 
 from __future__ import annotations
@@ -51,7 +52,10 @@ def geomean_speedup_correct(outcomes: Sequence[TaskOutcome], *, baseline: str) -
 
 
 def geomean_speedup_all(outcomes: Sequence[TaskOutcome], *, baseline: str) -> float | None:
-    """Geometric mean over attempted tasks, a failure (or a missing measurement) counted as 1×."""
-    if not outcomes:
+    """Geometric mean over attempted tasks, a failed task counted as 1× (it falls back to the baseline).
+
+    None when no task passed: a submitter that failed everything has no speedup, not 1×.
+    """
+    if not any(o.passed for o in outcomes):
         return None
     return geomean((o.speedup(baseline) or 1.0) if o.passed else 1.0 for o in outcomes)

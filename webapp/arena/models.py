@@ -6,9 +6,11 @@ written by the job that runs it (webapp.arena.services.evaluation_run, on webapp
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 from webapp.core.models import Job
+from webapp.core.text import validate_name
 
 
 class Task(models.Model):
@@ -41,9 +43,20 @@ class Submitter(models.Model):
         CHECKPOINT = "checkpoint"
         HUMAN = "human"
 
-    name = models.CharField(max_length=128, unique=True)
+    # a slug of at most 64 characters (the column is wider for names stored before that rule)
+    name = models.CharField(max_length=128, unique=True, validators=[validate_name])
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.MODEL)
     metadata = models.JSONField(default=dict, blank=True)
+    # Who may post under this name: its creator and the members a staff user adds (and staff).
+    # No creator (imports, checkpoints of a deleted user's run): staff only.
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="submitters_created",
+    )
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="submitters")
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -135,10 +148,17 @@ class Evaluation(Job):
     message = models.TextField(blank=True)
     logs = models.TextField(blank=True)
     result = models.JSONField(default=dict, blank=True)  # the full EvalResult.to_dict()
+    # the user whose request queued it (their queue cap counts it); None: seeded, imported by a command
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
 
     class Meta:
         ordering = ["-created", "-id"]
-        indexes = [models.Index(fields=["track", "hardware", "status"], name="evaluation_leaderboard_idx")]
+        indexes = [
+            models.Index(fields=["track", "hardware", "status"], name="evaluation_leaderboard_idx"),
+            models.Index(fields=["requested_by", "status"], name="evaluation_requester_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"evaluation {self.pk} ({self.status})"

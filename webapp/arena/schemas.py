@@ -5,7 +5,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from ninja import Schema
+from ninja import Field, Schema
+
+from webapp.core.permissions import visible_error
+from webapp.core.text import Name, SafeJson, ShortText, Text
+
+from . import selectors
+
+# Kernel sources are capped in bytes by the endpoint (413, KERNEL_SOURCE_MAX_BYTES); this bound
+# in characters only keeps NUL and lone surrogates out (the request body itself is capped at 2.5 MB).
+SourceText = Text(4 * 1024 * 1024)
 
 
 class TaskOut(Schema):
@@ -41,6 +50,13 @@ class KernelOut(Schema):
         return obj.submitter.name
 
 
+class RewardChangeOut(Schema):
+    reason: str = Field(description="verdict: reviewers confirmed a hack; rule: a published reviewer rule")
+    case_id: int | None
+    rule: str | None
+    at: datetime | None
+
+
 class EvaluationOut(Schema):
     id: int
     kernel_id: int
@@ -56,7 +72,11 @@ class EvaluationOut(Schema):
     timings_ms: dict[str, Any]
     speedup_eager: float | None
     speedup_compile: float | None
-    reward: float | None
+    reward: float | None = Field(description="the effective reward: after review, what training should use")
+    reward_original: float | None = Field(description="the reward the evaluator computed")
+    reward_changed_by: RewardChangeOut | None = Field(
+        description="the review decision that replaced the evaluator's reward; null when it stands"
+    )
     reward_config: dict[str, str]
     rule_set: dict[str, str]
     message: str
@@ -79,12 +99,30 @@ class EvaluationOut(Schema):
         return obj.hardware.key if obj.hardware_id else None
 
     @staticmethod
+    def resolve_reward(obj) -> float | None:
+        return selectors.evaluation_reward(obj).effective
+
+    @staticmethod
+    def resolve_reward_original(obj) -> float | None:
+        return selectors.evaluation_reward(obj).original
+
+    @staticmethod
+    def resolve_reward_changed_by(obj) -> dict | None:
+        change = selectors.evaluation_reward(obj).changed_by
+        return change.to_dict() if change else None
+
+    @staticmethod
     def resolve_reward_config(obj) -> dict[str, str]:
         return {"name": obj.reward_config_name, "version": obj.reward_config_version}
 
     @staticmethod
     def resolve_rule_set(obj) -> dict[str, str]:
         return {"name": obj.rule_set_name, "version": obj.rule_set_version}
+
+    @staticmethod
+    def resolve_error(obj, context) -> str:
+        """The evaluator's failure: in full to staff, without server paths to who requested it."""
+        return visible_error(obj.error, user=context["request"].user, owner_id=obj.requested_by_id)
 
 
 class EvaluationDetailOut(EvaluationOut):
@@ -105,6 +143,27 @@ class SubmitterOut(Schema):
     name: str
     kind: str
     metadata: dict[str, Any]
+
+
+class SubmitterDetailOut(SubmitterOut):
+    created_by: str | None
+    members: list[str]
+
+    @staticmethod
+    def resolve_created_by(obj) -> str | None:
+        return obj.created_by.get_username() if obj.created_by_id else None
+
+    @staticmethod
+    def resolve_members(obj) -> list[str]:
+        return sorted(u.get_username() for u in obj.members.all())
+
+
+class SubmitterUpdateIn(Schema):
+    metadata: SafeJson
+
+
+class SubmitterMemberIn(Schema):
+    username: Text(150)
 
 
 class HardwareOut(Schema):
@@ -152,8 +211,16 @@ class LeaderboardRowOut(Schema):
     geomean_speedup_compile: float | None
     geomean_speedup_eager_all: float | None
     geomean_speedup_compile_all: float | None
-    hacks_flagged: int
+    hacks_flagged: int = Field(description="kernels counted as hacks: rejected by the evaluator for a "
+                               "measurement hack, or hidden by review (confirmed hack, reviewer rule)")
+    not_custom: int = Field(description="kernels rejected as not custom (library compute on strict): "
+                            "failed tasks, not hacks")
     needs_review: int
+    geomean_speedup_eager_spread: float | None = Field(
+        description="relative spread of geomean_speedup_eager from the measured IQRs (null if unmeasured)"
+    )
+    rank: int = Field(description="competition rank under rank_order; tied rows share it")
+    tied: bool
 
 
 class LeaderboardEntryOut(Schema):
@@ -170,9 +237,16 @@ class LeaderboardEntryOut(Schema):
     kernel_id: int
     evaluations: int
     hacked: bool
+    confirmed_hack: bool = Field(description="the kernel shown is hidden by review: failed, and a hack")
+    not_custom: bool
+    reward: float | None
+    reward_original: float | None
+    reward_changed_by: RewardChangeOut | None
 
 
 class LeaderboardOut(Schema):
+    rank_order: list[str]
+    rank_order_text: str
     track: str
     suite: str | None
     level: int | None
@@ -181,12 +255,16 @@ class LeaderboardOut(Schema):
 
 
 class KernelSubmitIn(Schema):
+    """``submitter``: a name you may post under (yours, one you are a member of, or a new one, which
+    becomes yours). ``submitter_kind``: left out, the existing submitter's kind (``model`` for a new
+    one); given, it must match an existing submitter's kind (409 otherwise)."""
+
     task_id: int | None = None
-    task: str | None = None  # a task name, with ``suite`` when names repeat across suites
-    suite: str | None = None
-    submitter: str
-    submitter_kind: Literal["model", "agent", "checkpoint", "human"] = "model"
-    source: str
+    task: ShortText | None = None  # a task name, with ``suite`` when names repeat across suites
+    suite: Text(64) | None = None
+    submitter: Name
+    submitter_kind: Literal["model", "agent", "checkpoint", "human"] | None = None
+    source: SourceText
     track: Literal["strict", "open"] = "strict"
 
 
@@ -211,7 +289,7 @@ class ImportReportOut(Schema):
 
 
 class ImportKernelbenchIn(Schema):
-    path: str
+    path: Text(1000)
 
 
 class ErrorOut(Schema):

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
 
 from django.apps import apps
-from django.db.models import Count, Prefetch, Q, QuerySet
+from django.db.models import BooleanField, Count, Exists, OuterRef, Prefetch, Q, QuerySet, Value
 
-from . import hooks, metrics
+from . import findings, hooks, metrics
 from .models import Evaluation, Hardware, Kernel, Submitter, Task
 
 VERDICTS = (
@@ -19,7 +22,6 @@ VERDICTS = (
     Evaluation.Status.TIMEOUT,
     Evaluation.Status.REJECTED,
 )
-PAGE_SIZE_MAX = 100
 
 
 def review_enabled() -> bool:
@@ -30,6 +32,79 @@ def _hidden_kernels(track: str | None = None) -> QuerySet | None:
     """Kernels reviewers confirmed as hacks (a subquery, no query of its own); None when no app
     registered which kernels to hide (webapp.arena.hooks)."""
     return hooks.hidden_kernels(track)
+
+
+# --- rewards: the reward after review -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RewardChange:
+    """What replaced an evaluation's reward: reviewers' hack verdict, or a published reviewer rule."""
+
+    reason: str  # "verdict" or "rule"
+    case_id: int | None
+    rule: str | None  # the reviewer rule's name, for reason "rule"
+    at: datetime | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "reason": self.reason,
+            "case_id": self.case_id,
+            "rule": self.rule,
+            "at": self.at.isoformat() if self.at else None,
+        }
+
+
+@dataclass(frozen=True)
+class EffectiveReward:
+    effective: float | None  # what training and every page use
+    original: float | None  # what the evaluator computed
+    changed_by: RewardChange | None  # None: the evaluator's reward stands
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "reward": self.effective,
+            "reward_original": self.original,
+            "reward_changed_by": self.changed_by.to_dict() if self.changed_by else None,
+        }
+
+
+def reward_effective(
+    *,
+    reward: float | None,
+    relabel_reward: float | None = None,
+    reason: str | None = None,
+    case_id: int | None = None,
+    rule: str | None = None,
+    at: datetime | None = None,
+) -> EffectiveReward:
+    """The one place a reward meets its review: a relabel (``reason`` set) replaces the evaluator's."""
+    if not reason:
+        return EffectiveReward(effective=reward, original=reward, changed_by=None)
+    return EffectiveReward(
+        effective=relabel_reward,
+        original=reward,
+        changed_by=RewardChange(reason=reason, case_id=case_id, rule=rule, at=at),
+    )
+
+
+def evaluation_related() -> list[str]:
+    """select_related paths that make ``evaluation_reward`` free of queries."""
+    review = hooks.reward_review()
+    return list(review.related) if review is not None else []
+
+
+def evaluation_reward(evaluation: Evaluation) -> EffectiveReward:
+    """The effective reward of an evaluation (select_related ``evaluation_related()`` in lists)."""
+    review = hooks.reward_review()
+    change = review.of_evaluation(evaluation) if review is not None else None
+    return reward_effective(reward=evaluation.reward, **(change or {}))
+
+
+def evaluation_rewards(*, evaluation_ids: Iterable[int]) -> dict[int, EffectiveReward]:
+    """{evaluation id: effective reward} in one query."""
+    qs = Evaluation.objects.filter(pk__in=list(evaluation_ids)).select_related(*evaluation_related())
+    return {ev.pk: evaluation_reward(ev) for ev in qs}
 
 
 # --- lists and details ---------------------------------------------------------------------------
@@ -79,14 +154,13 @@ def kernel_list(
     return qs.order_by("-created", "-id")
 
 
-def kernel_detail(*, kernel_id: int) -> Kernel:
-    evaluations = Evaluation.objects.select_related("hardware").order_by("-created", "-id")
+def kernel_detail(*, kernel_id: int, with_evaluations: bool = True) -> Kernel:
+    """A kernel with its task and submitter (and every evaluation, prefetched, unless told not to)."""
     related = ["task", "submitter", "review_case"] if review_enabled() else ["task", "submitter"]
-    return (
-        Kernel.objects.select_related(*related)
-        .prefetch_related(Prefetch("evaluations", queryset=evaluations))
-        .get(pk=kernel_id)
-    )
+    qs = Kernel.objects.select_related(*related)
+    if with_evaluations:
+        qs = qs.prefetch_related(Prefetch("evaluations", queryset=kernel_evaluations(kernel_id=kernel_id)))
+    return qs.get(pk=kernel_id)
 
 
 def evaluation_list(
@@ -98,7 +172,9 @@ def evaluation_list(
     submitter: str | None = None,
     task_id: int | None = None,
 ) -> QuerySet[Evaluation]:
-    qs = Evaluation.objects.select_related("kernel__task", "kernel__submitter", "hardware")
+    qs = Evaluation.objects.select_related(
+        "kernel__task", "kernel__submitter", "hardware", *evaluation_related()
+    )
     if kernel_id is not None:
         qs = qs.filter(kernel_id=kernel_id)
     if status:
@@ -115,9 +191,9 @@ def evaluation_list(
 
 
 def evaluation_get(*, evaluation_id: int) -> Evaluation:
-    return Evaluation.objects.select_related("kernel__task", "kernel__submitter", "hardware").get(
-        pk=evaluation_id
-    )
+    return Evaluation.objects.select_related(
+        "kernel__task", "kernel__submitter", "hardware", *evaluation_related()
+    ).get(pk=evaluation_id)
 
 
 def submitter_list(*, kind: str | None = None) -> QuerySet[Submitter]:
@@ -131,23 +207,26 @@ def submitter_get(*, name: str) -> Submitter:
     return Submitter.objects.get(name=name)
 
 
-def submitter_kernels(*, submitter_id: int, limit: int = 200) -> list[Kernel]:
-    evaluations = Evaluation.objects.select_related("hardware").order_by("-created", "-id")
-    return list(
+def submitter_kernels(*, submitter_id: int) -> QuerySet[Kernel]:
+    """A submitter's kernels, newest first, each with its evaluations (page it with ``page_slice``)."""
+    evaluations = Evaluation.objects.select_related("hardware", *evaluation_related()).order_by(
+        "-created", "-id"
+    )
+    return (
         Kernel.objects.filter(submitter_id=submitter_id)
         .select_related("task")
         .prefetch_related(Prefetch("evaluations", queryset=evaluations))
-        .order_by("-created", "-id")[:limit]
+        .order_by("-created", "-id")
     )
 
 
-def page_slice(qs: QuerySet, *, page: int, page_size: int) -> tuple[int, int, int, list]:
-    """(count, page, page_size, items); page size capped at PAGE_SIZE_MAX, pages start at 1."""
-    page_size = max(1, min(page_size, PAGE_SIZE_MAX))
-    page = max(1, page)
-    count = qs.count()
-    start = (page - 1) * page_size
-    return count, page, page_size, list(qs[start : start + page_size])
+def kernel_evaluations(*, kernel_id: int) -> QuerySet[Evaluation]:
+    """A kernel's evaluations, newest first, with what their rewards need (page it with ``page_slice``)."""
+    return (
+        Evaluation.objects.filter(kernel_id=kernel_id)
+        .select_related("hardware", *evaluation_related())
+        .order_by("-created", "-id")
+    )
 
 
 # --- leaderboard ---------------------------------------------------------------------------------
@@ -170,8 +249,13 @@ class TaskEntry:
     passed: bool
     speedup_eager: float | None
     speedup_compile: float | None
+    reward: EffectiveReward | None = None
+    # relative spread of the speedup vs eager (kernel's + eager's IQR / median), when measured
+    spread_eager: float | None = None
+    confirmed_hack: bool = False  # the shown kernel is hidden by review (a hack verdict or reviewer rule)
     evaluations: int = 1
-    rejected_kernel_ids: set[int] = field(default_factory=set)
+    hack_kernel_ids: set[int] = field(default_factory=set)
+    not_custom_kernel_ids: set[int] = field(default_factory=set)
     review_kernel_ids: set[int] = field(default_factory=set)
 
     @property
@@ -180,7 +264,12 @@ class TaskEntry:
 
     @property
     def hacked(self) -> bool:
-        return bool(self.rejected_kernel_ids)
+        return bool(self.hack_kernel_ids)
+
+    @property
+    def not_custom(self) -> bool:
+        """Rejected on its track's policy (library compute on strict), and no hack on this task."""
+        return bool(self.not_custom_kernel_ids) and not self.hacked
 
     def in_figure(self, figure: str) -> bool:
         """Whether this entry is behind a leaderboard figure (the links under each number)."""
@@ -196,10 +285,12 @@ class TaskEntry:
             return metrics.is_fast(self.outcome, p=1.0, baseline="compile")
         if figure == "hacks":
             return self.hacked
+        if figure == "not_custom":
+            return self.not_custom
         return True
 
 
-FIGURES = ("attempted", "passed", "failed", "fast_1_eager", "fast_1_compile", "hacks")
+FIGURES = ("attempted", "passed", "failed", "fast_1_eager", "fast_1_compile", "hacks", "not_custom")
 
 
 @dataclass
@@ -220,14 +311,27 @@ class LeaderboardRow:
     geomean_speedup_compile: float | None
     geomean_speedup_eager_all: float | None
     geomean_speedup_compile_all: float | None
-    hacks_flagged: int
+    hacks_flagged: int  # kernels counted as hacks: caught by the evaluator or confirmed by review
+    not_custom: int  # kernels rejected as not custom (library compute on strict): failures, not hacks
     needs_review: int
+    # relative spread of geomean_speedup_eager, from the kernels' and baselines' measured spreads
+    geomean_speedup_eager_spread: float | None = None
+    rank: int = 0
+    tied: bool = False  # shares its rank with another row
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
+# The ranking, best first: each figure is compared only when all before it are equal.
+RANK_ORDER = ("fast_1_compile", "fast_1_eager", "pass_rate", "geomean_speedup_eager")
+RANK_ORDER_TEXT = (
+    "fast₁ vs torch.compile, then fast₁ vs eager, then pass rate, then the geomean speedup vs eager of "
+    "correct kernels; rows equal on all four (geomeans within their measured spread) share a rank"
+)
+
 SORT_KEYS = (
+    "rank",
     "submitter",
     "tasks_attempted",
     "pass_rate",
@@ -238,8 +342,9 @@ SORT_KEYS = (
     "geomean_speedup_eager_all",
     "geomean_speedup_compile_all",
     "hacks_flagged",
+    "not_custom",
 )
-DEFAULT_SORT = "-fast_1_eager"
+DEFAULT_SORT = "rank"
 
 
 def hardware_list() -> list[Hardware]:
@@ -266,6 +371,33 @@ def leaderboard_filter_choices() -> dict[str, list]:
     return {"suites": suites, "levels": levels, "tracks": list(Evaluation.Track.values)}
 
 
+_ENTRY_FIELDS = (
+    "id",
+    "kernel_id",
+    "status",
+    "correct",
+    "speedup_eager",
+    "speedup_compile",
+    "needs_review",
+    "findings",
+    "reward",
+    "result__timing_stats__kernel__spread",
+    "result__timing_stats__eager__spread",
+    "hidden",
+    "kernel__task_id",
+    "kernel__task__name",
+    "kernel__task__level",
+    "kernel__task__suite",
+    "kernel__submitter_id",
+    "kernel__submitter__name",
+    "kernel__submitter__kind",
+)
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 def leaderboard_entries(
     *,
     track: str,
@@ -274,19 +406,31 @@ def leaderboard_entries(
     level: int | None = None,
     submitter_id: int | None = None,
     task_id: int | None = None,
+    hardware_key: str | None = None,
 ) -> list[TaskEntry]:
-    """One entry per (submitter, task) attempted in the slice; one query.
+    """One entry per (submitter, task) attempted in the slice; one query (two without ``hardware_key``).
 
     Best evaluation: the highest speedup vs eager among passed evaluations (ties: the earliest);
     a task with no passing evaluation shows its latest verdict. Evaluations that are queued,
-    running, or failed inside the evaluator ('error') are not attempts.
+    running, or failed inside the evaluator ('error') are not attempts. A kernel review hid (a
+    confirmed hack, or a published reviewer rule) stays an attempt: failed, and counted as a hack.
+    A kernel rejected before it ran (no hardware row) counts on every hardware of its device.
     """
     if hardware_id is None:
         return []
-    qs = Evaluation.objects.filter(track=track, hardware_id=hardware_id, status__in=VERDICTS)
+    key = hardware_key or Hardware.objects.filter(pk=hardware_id).values_list("key", flat=True).first()
+    if key is None:
+        return []
+    device = key.split(":", 1)[0]
+    qs = Evaluation.objects.filter(track=track, status__in=VERDICTS).filter(
+        Q(hardware_id=hardware_id)
+        | Q(hardware__isnull=True, status=Evaluation.Status.REJECTED, device=device)
+    )
     hidden = _hidden_kernels(track)
-    if hidden is not None:  # confirmed hacks leave the leaderboard (their rows stay, as evidence)
-        qs = qs.exclude(kernel_id__in=hidden)
+    if hidden is not None:
+        qs = qs.annotate(hidden=Exists(hidden.filter(pk=OuterRef("kernel_id"))))
+    else:
+        qs = qs.annotate(hidden=Value(False, output_field=BooleanField()))
     if suite:
         qs = qs.filter(kernel__task__suite=suite)
     if level is not None:
@@ -295,43 +439,35 @@ def leaderboard_entries(
         qs = qs.filter(kernel__submitter_id=submitter_id)
     if task_id is not None:
         qs = qs.filter(kernel__task_id=task_id)
-    rows = qs.order_by("id").values_list(
-        "id",
-        "kernel_id",
-        "status",
-        "correct",
-        "speedup_eager",
-        "speedup_compile",
-        "needs_review",
-        "kernel__task_id",
-        "kernel__task__name",
-        "kernel__task__level",
-        "kernel__task__suite",
-        "kernel__submitter_id",
-        "kernel__submitter__name",
-        "kernel__submitter__kind",
-    )
+    reward_review = hooks.reward_review()
+    fields = _ENTRY_FIELDS + (reward_review.values if reward_review is not None else ())
     best: dict[tuple[int, int], tuple[tuple, TaskEntry]] = {}
-    for (
-        ev_id,
-        kernel_id,
-        status,
-        correct,
-        s_eager,
-        s_compile,
-        review,
-        task_pk,
-        task_name,
-        task_level,
-        task_suite,
-        sub_id,
-        sub_name,
-        sub_kind,
-    ) in rows:
-        passed = status == Evaluation.Status.PASSED and correct
+    for row in qs.order_by("id").values_list(*fields):
+        (
+            ev_id,
+            kernel_id,
+            status,
+            correct,
+            s_eager,
+            s_compile,
+            review,
+            found,
+            reward,
+            spread_kernel,
+            spread_eager,
+            hidden_kernel,
+            task_pk,
+            task_name,
+            task_level,
+            task_suite,
+            sub_id,
+            sub_name,
+            sub_kind,
+        ) = row[: len(_ENTRY_FIELDS)]
+        change = reward_review.of_values(row[len(_ENTRY_FIELDS) :]) if reward_review is not None else None
+        passed = status == Evaluation.Status.PASSED and correct and not hidden_kernel
         rank = (1, s_eager or 0.0, -ev_id) if passed else (0, 0.0, ev_id)
-        key = (sub_id, task_pk)
-        current = best.get(key)
+        spreads = (_number(spread_kernel), _number(spread_eager))
         entry = TaskEntry(
             submitter_id=sub_id,
             submitter_name=sub_name,
@@ -346,23 +482,40 @@ def leaderboard_entries(
             passed=passed,
             speedup_eager=s_eager if passed else None,
             speedup_compile=s_compile if passed else None,
+            reward=reward_effective(reward=reward, **(change or {})),
+            spread_eager=spreads[0] + spreads[1] if passed and None not in spreads else None,
+            confirmed_hack=bool(hidden_kernel),
         )
+        key_ = (sub_id, task_pk)
+        current = best.get(key_)
         if current is not None:
             entry.evaluations = current[1].evaluations + 1
-            entry.rejected_kernel_ids = current[1].rejected_kernel_ids
+            entry.hack_kernel_ids = current[1].hack_kernel_ids
+            entry.not_custom_kernel_ids = current[1].not_custom_kernel_ids
             entry.review_kernel_ids = current[1].review_kernel_ids
-        if status == Evaluation.Status.REJECTED:
-            entry.rejected_kernel_ids.add(kernel_id)
+        kind = findings.rejection_kind(status=status, findings=found)
+        if hidden_kernel or kind == findings.HACK:
+            entry.hack_kernel_ids.add(kernel_id)
+        elif kind == findings.NOT_CUSTOM:
+            entry.not_custom_kernel_ids.add(kernel_id)
         if review:
             entry.review_kernel_ids.add(kernel_id)
         if current is None or rank > current[0]:
-            best[key] = (rank, entry)
+            best[key_] = (rank, entry)
         else:
             current[1].evaluations = entry.evaluations
     return sorted(
         (e for _, e in best.values()),
         key=lambda e: (e.submitter_name, e.suite, e.task_level or 0, e.task_name),
     )
+
+
+def _geomean_spread(entries: Sequence[TaskEntry]) -> float | None:
+    """Spread of the log-geomean of correct speedups vs eager: sqrt(sum s_i²) / n (None if unmeasured)."""
+    spreads = [e.spread_eager for e in entries if e.passed and e.speedup_eager]
+    if not spreads or any(s is None for s in spreads):
+        return None
+    return math.sqrt(sum(s * s for s in spreads)) / len(spreads)
 
 
 def leaderboard_rows_from_entries(
@@ -381,6 +534,7 @@ def leaderboard_rows_from_entries(
     for group in by_submitter.values():
         outcomes = [e.outcome for e in group]
         first = group[0]
+        hacks = set().union(*(e.hack_kernel_ids for e in group))
         rows.append(
             LeaderboardRow(
                 submitter=first.submitter_name,
@@ -399,25 +553,61 @@ def leaderboard_rows_from_entries(
                 geomean_speedup_compile=metrics.geomean_speedup_correct(outcomes, baseline="compile"),
                 geomean_speedup_eager_all=metrics.geomean_speedup_all(outcomes, baseline="eager"),
                 geomean_speedup_compile_all=metrics.geomean_speedup_all(outcomes, baseline="compile"),
-                hacks_flagged=len(set().union(*(e.rejected_kernel_ids for e in group))),
+                hacks_flagged=len(hacks),
+                not_custom=len(set().union(*(e.not_custom_kernel_ids for e in group)) - hacks),
                 needs_review=len(set().union(*(e.review_kernel_ids for e in group))),
+                geomean_speedup_eager_spread=_geomean_spread(group),
             )
         )
-    return leaderboard_sort(rows, sort=sort)
+    return leaderboard_sort(leaderboard_rank(rows), sort=sort)
+
+
+def _rank_key(row: LeaderboardRow) -> tuple[float, ...]:
+    return tuple(-math.inf if getattr(row, k) is None else getattr(row, k) for k in RANK_ORDER)
+
+
+def rows_tie(a: LeaderboardRow, b: LeaderboardRow) -> bool:
+    """Equal on every ranked figure; the geomeans may differ inside their combined measured spread."""
+    key_a, key_b = _rank_key(a), _rank_key(b)
+    if key_a[:-1] != key_b[:-1]:
+        return False
+    ga, gb = a.geomean_speedup_eager, b.geomean_speedup_eager
+    if ga is None or gb is None or ga == gb:
+        return ga == gb
+    sa, sb = a.geomean_speedup_eager_spread, b.geomean_speedup_eager_spread
+    return sa is not None and sb is not None and abs(math.log(ga) - math.log(gb)) <= sa + sb
+
+
+def leaderboard_rank(rows: Sequence[LeaderboardRow]) -> list[LeaderboardRow]:
+    """Rows in RANK_ORDER with competition ranks (1, 1, 3): a row tied with its group's first row
+    shares that rank. Within a tie, rows are listed by name (display order only, not a rank)."""
+    ordered = sorted(rows, key=lambda r: r.submitter)
+    ordered.sort(key=_rank_key, reverse=True)  # stable: ties keep name order
+    leader: LeaderboardRow | None = None
+    for index, row in enumerate(ordered):
+        if leader is not None and rows_tie(leader, row):
+            row.rank = leader.rank
+            row.tied = leader.tied = True
+        else:
+            row.rank, row.tied, leader = index + 1, False, row
+    return ordered
 
 
 def leaderboard_sort(rows: list[LeaderboardRow], *, sort: str = DEFAULT_SORT) -> list[LeaderboardRow]:
-    """Order by the chosen column (None last), then submitter name: a stable key."""
+    """Order ranked rows by the chosen column (None last), then by rank, then name; ranks stay."""
     descending = sort.startswith("-")
     key = sort.lstrip("-")
     if key not in SORT_KEYS:
-        descending, key = True, DEFAULT_SORT.lstrip("-")
-    rows = sorted(rows, key=lambda r: r.submitter)
+        descending, key = False, DEFAULT_SORT
+    rows = sorted(rows, key=lambda r: (r.rank, r.submitter))
+    if key == "rank":
+        return list(reversed(rows)) if descending else rows
     if key == "submitter":
+        rows = sorted(rows, key=lambda r: r.submitter)
         return list(reversed(rows)) if descending else rows
     present = [r for r in rows if getattr(r, key) is not None]
     missing = [r for r in rows if getattr(r, key) is None]
-    present.sort(key=lambda r: getattr(r, key), reverse=descending)  # sort is stable: ties keep name order
+    present.sort(key=lambda r: getattr(r, key), reverse=descending)  # stable: ties keep rank order
     return present + missing
 
 
@@ -433,15 +623,17 @@ def leaderboard_rows(
     hardware = leaderboard_hardware(track=track, key=hardware_key)
     if hardware is None:
         return None, [], []
-    entries = leaderboard_entries(track=track, hardware_id=hardware.pk, suite=suite, level=level)
+    entries = leaderboard_entries(
+        track=track, hardware_id=hardware.pk, suite=suite, level=level, hardware_key=hardware.key
+    )
     rows = leaderboard_rows_from_entries(
         entries, track=track, hardware_key=hardware.key, suite=suite, level=level, sort=sort
     )
     return hardware, rows, entries
 
 
-def submitter_summaries(*, submitter_id: int) -> list[LeaderboardRow]:
-    """A submitter's leaderboard row on every (track, hardware) it has verdicts on."""
+def submitter_slices(*, submitter_id: int) -> list[tuple[LeaderboardRow, list[TaskEntry]]]:
+    """A submitter's leaderboard row, with its task entries, on every (track, hardware) it has verdicts on."""
     pairs = (
         Evaluation.objects.filter(
             kernel__submitter_id=submitter_id, status__in=VERDICTS, hardware__isnull=False
@@ -450,12 +642,18 @@ def submitter_summaries(*, submitter_id: int) -> list[LeaderboardRow]:
         .distinct()
         .order_by("hardware__key", "track")
     )
-    rows: list[LeaderboardRow] = []
+    out: list[tuple[LeaderboardRow, list[TaskEntry]]] = []
     for track, hardware_id, hardware_key in pairs:
-        entries = leaderboard_entries(track=track, hardware_id=hardware_id, submitter_id=submitter_id)
-        rows.extend(
-            leaderboard_rows_from_entries(
-                entries, track=track, hardware_key=hardware_key, suite=None, level=None
-            )
+        entries = leaderboard_entries(
+            track=track, hardware_id=hardware_id, submitter_id=submitter_id, hardware_key=hardware_key
         )
-    return rows
+        for row in leaderboard_rows_from_entries(
+            entries, track=track, hardware_key=hardware_key, suite=None, level=None
+        ):
+            out.append((row, entries))
+    return out
+
+
+def submitter_summaries(*, submitter_id: int) -> list[LeaderboardRow]:
+    """A submitter's leaderboard row on every (track, hardware) it has verdicts on."""
+    return [row for row, _ in submitter_slices(submitter_id=submitter_id)]

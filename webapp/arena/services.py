@@ -12,8 +12,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from gpu_workers.schema import source_hash  # the evaluator's own content hash (sha256 of UTF-8)
+from webapp.accounts.services import queue_cap_check, rate_limit_take
 from webapp.core.models import ErrorKind
+from webapp.core.permissions import NotAllowed, is_staff
 from webapp.core.runner import JobContext, JobKind, job_claim, job_enqueue_kind, job_run, worker_id
+from webapp.core.text import name_problem
 
 from . import hooks
 from .doorbell import evaluation_ring
@@ -25,6 +28,10 @@ logger = logging.getLogger(__name__)
 
 class InvalidInput(ValueError):
     """Input that cannot be stored; the message says why (shown to the user as is)."""
+
+
+class Conflict(InvalidInput):
+    """The input contradicts a stored row (e.g. a submitter's kind); API: 409."""
 
 
 def task_upsert(
@@ -58,18 +65,118 @@ def task_upsert(
     return task, created
 
 
-def submitter_get_or_create(
-    *, name: str, kind: str = Submitter.Kind.MODEL, metadata: dict | None = None
-) -> Submitter:
-    name = name.strip()
+def submitter_name_check(name: str) -> str:
+    """The name, stripped, if it is a valid submitter name (a slug of at most 64 characters)."""
+    name = (name or "").strip()
     if not name:
         raise InvalidInput("a submitter needs a name")
+    problem = name_problem(name)
+    if problem:
+        raise InvalidInput(f"submitter name {name[:80]!r} {problem}")
+    return name
+
+
+def _kind_check(kind: str) -> None:
     if kind not in Submitter.Kind.values:
         raise InvalidInput(f"submitter kind must be one of {', '.join(Submitter.Kind.values)}")
-    submitter, _ = Submitter.objects.get_or_create(
-        name=name, defaults={"kind": kind, "metadata": metadata or {}}
+
+
+def submitter_get_or_create(
+    *, name: str, kind: str = Submitter.Kind.MODEL, metadata: dict | None = None, created_by: Any = None
+) -> Submitter:
+    """The submitter called ``name``, created (owned by ``created_by``, if given) when missing. For
+    trusted callers (commands, the demo, a training run's checkpoints); a user's request goes
+    through submitter_for_user."""
+    name = submitter_name_check(name)
+    _kind_check(kind)
+    owner = created_by if getattr(created_by, "is_authenticated", False) else None
+    submitter, created = Submitter.objects.get_or_create(
+        name=name, defaults={"kind": kind, "metadata": metadata or {}, "created_by": owner}
     )
+    if created and owner is not None:
+        submitter.members.add(owner)
     return submitter
+
+
+def submitter_can_post(*, submitter: Submitter, user: Any) -> bool:
+    """Staff, the submitter's creator and its members may post under it."""
+    if is_staff(user):
+        return True
+    if not getattr(user, "is_authenticated", False):
+        return False
+    return submitter.created_by_id == user.pk or submitter.members.filter(pk=user.pk).exists()
+
+
+def submitter_for_user(
+    *, name: str, user: Any, kind: str | None = None, default_kind: str = Submitter.Kind.MODEL
+) -> Submitter:
+    """The submitter a user posts under: an existing one they may use, or a new one they own.
+
+    ``kind`` None: the existing submitter's kind (``default_kind`` for a new one); a kind that
+    differs from the stored one is a Conflict. Someone else's submitter: NotAllowed."""
+    name = submitter_name_check(name)
+    if kind is not None:
+        _kind_check(kind)
+    submitter = submitter_get_or_create(name=name, kind=kind or default_kind, created_by=user)
+    if not submitter_can_post(submitter=submitter, user=user):
+        raise NotAllowed(
+            f"submitter {name!r} belongs to other users; choose another name, or ask a staff user "
+            "to add you to its members"
+        )
+    if kind is not None and submitter.kind != kind:
+        raise Conflict(f"submitter {name!r} has kind {submitter.kind}, not {kind}; leave submitter_kind out")
+    return submitter
+
+
+def submitter_update(*, name: str, user: Any, metadata: dict[str, Any]) -> Submitter:
+    """Replace a submitter's metadata (its members or staff)."""
+    submitter = Submitter.objects.get(name=name)
+    if not submitter_can_post(submitter=submitter, user=user):
+        raise NotAllowed(f"only the members of submitter {name!r} or a staff user can edit it")
+    submitter.metadata = dict(metadata)
+    submitter.save(update_fields=["metadata"])
+    return submitter
+
+
+def submitter_member_add(*, name: str, username: str, by: Any) -> Submitter:
+    """Staff let another user post under a submitter."""
+    from django.contrib.auth import get_user_model
+
+    if not is_staff(by):
+        raise NotAllowed("only a staff user can change a submitter's members")
+    submitter = Submitter.objects.get(name=name)
+    member = get_user_model().objects.filter(username=username, is_active=True).first()
+    if member is None:
+        raise InvalidInput(f"no active user {username[:80]!r}")
+    submitter.members.add(member)
+    return submitter
+
+
+def submitter_member_remove(*, name: str, username: str, by: Any) -> Submitter:
+    if not is_staff(by):
+        raise NotAllowed("only a staff user can change a submitter's members")
+    submitter = Submitter.objects.get(name=name)
+    submitter.members.remove(*submitter.members.filter(username=username))
+    return submitter
+
+
+def submissions_limit_take(*, user: Any, adding: int = 1) -> None:
+    """A user's kernel submissions: the per-minute rate and the cap on queued evaluations
+    (settings LIMIT_SUBMISSIONS_PER_MINUTE, LIMIT_QUEUED_EVALUATIONS); raises LimitExceeded."""
+    if user is None:
+        return
+    queue_cap_check(
+        user=user,
+        count=lambda: Evaluation.objects.filter(
+            requested_by=user, status__in=[Evaluation.Status.QUEUED, Evaluation.Status.RUNNING]
+        ).count(),
+        adding=adding,
+        cap=settings.LIMIT_QUEUED_EVALUATIONS,
+        what="evaluations",
+    )
+    rate_limit_take(
+        user=user, action="submission", limit=settings.LIMIT_SUBMISSIONS_PER_MINUTE, what="submissions"
+    )
 
 
 def kernel_create(
@@ -105,7 +212,12 @@ def evaluation_reusable() -> Q:
 
 
 def evaluation_request(
-    *, kernel_id: int, track: str = "strict", device: str | None = None, force: bool = False
+    *,
+    kernel_id: int,
+    track: str = "strict",
+    device: str | None = None,
+    force: bool = False,
+    requested_by: Any = None,
 ) -> Evaluation:
     """Queue an evaluation of a kernel on a track; the job starts after this transaction commits.
 
@@ -127,7 +239,12 @@ def evaluation_request(
             )
             if existing is not None:
                 return existing
-        evaluation = Evaluation.objects.create(kernel=kernel, track=track, device=device)
+        evaluation = Evaluation.objects.create(
+            kernel=kernel,
+            track=track,
+            device=device,
+            requested_by=requested_by if getattr(requested_by, "is_authenticated", False) else None,
+        )
         job_enqueue_kind(EVALUATION_JOB, evaluation.pk)
     return evaluation
 
@@ -137,18 +254,26 @@ def kernel_submit(
     task: Task,
     submitter_name: str,
     source: str,
-    submitter_kind: str = Submitter.Kind.MODEL,
+    submitter_kind: str | None = None,
     track: str = "strict",
     origin: str = Kernel.Origin.API,
     metadata: dict | None = None,
+    user: Any = None,
 ) -> tuple[Kernel, Evaluation]:
-    """Store a kernel and queue its evaluation, all or nothing."""
+    """Store a kernel and queue its evaluation, all or nothing. With ``user`` (a request's): under a
+    submitter that user may use (NotAllowed otherwise), within their limits (LimitExceeded)."""
     with transaction.atomic():
-        submitter = submitter_get_or_create(name=submitter_name, kind=submitter_kind)
+        if user is not None:
+            submitter = submitter_for_user(name=submitter_name, user=user, kind=submitter_kind)
+            submissions_limit_take(user=user)
+        else:
+            submitter = submitter_get_or_create(
+                name=submitter_name, kind=submitter_kind or Submitter.Kind.MODEL
+            )
         kernel, _ = kernel_create(
             task=task, submitter=submitter, source=source, origin=origin, metadata=metadata
         )
-        evaluation = evaluation_request(kernel_id=kernel.pk, track=track)
+        evaluation = evaluation_request(kernel_id=kernel.pk, track=track, requested_by=user)
     return kernel, evaluation
 
 

@@ -22,7 +22,9 @@ class PlotlyFinder(BaseFinder):
 
     def find(self, path, find_all=False, **kwargs):
         if path != PLOTLY_STATIC_PATH:
-            return [] if find_all else None
+            # Django's own finders answer "not here" with [] either way; finders.find() collects a None
+            # into its result list, which then reads as a match ([None]) and fails on every missing file.
+            return []
         match = str(_plotly_dir() / "plotly.min.js")
         return [match] if find_all else match
 

@@ -13,16 +13,16 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Field, Router, Schema, Status
 from ninja.errors import HttpError
-from ninja.security import django_auth
 
-from webapp.accounts.auth import ApiTokenAuth
+from webapp.accounts.auth import ApiTokenAuth, SignedInSessionAuth
+from webapp.core.paging import page_slice
+from webapp.core.text import LongText, ShortText, Text
 
 from . import selectors, services
 from .models import Flag, ReviewerRule
 
 router = Router(tags=["review"])
-AUTH = [ApiTokenAuth(), django_auth]
-PAGE_SIZE_MAX = 100
+AUTH = [ApiTokenAuth(), SignedInSessionAuth()]
 
 
 class ErrorOut(Schema):
@@ -31,7 +31,7 @@ class ErrorOut(Schema):
 
 class FlagIn(Schema):
     kernel_id: int
-    reason: str = Field(..., max_length=5000)
+    reason: Text(5000)
     evaluation_id: int | None = None
 
 
@@ -61,10 +61,10 @@ class FlagPage(Schema):
 class VerdictIn(Schema):
     case_id: int | None = None
     kernel_id: int | None = None
-    verdict: str
-    family: str = ""
-    notes: str = Field("", max_length=20_000)
-    evidence_lines: list[int] = []
+    verdict: Text(32)
+    family: Text(64) = ""
+    notes: LongText = ""
+    evidence_lines: list[int] = Field(default_factory=list, max_length=10_000)
 
 
 class VerdictOut(Schema):
@@ -81,14 +81,14 @@ class VerdictOut(Schema):
 
 
 class RuleIn(Schema):
-    name: str
-    kind: str
-    severity: str = "reject"
-    message: str = ""
-    pattern: str = ""
-    dynamic_check: str = ""
-    family: str = ""
-    track: str = "both"
+    name: Text(64)
+    kind: Text(32)
+    severity: Text(32) = "reject"
+    message: Text(500) = ""
+    pattern: Text(5000) = ""
+    dynamic_check: Text(128) = ""
+    family: Text(64) = ""
+    track: Text(16) = "both"
     source_case_id: int | None = None
 
 
@@ -125,20 +125,14 @@ def _reviewer(request: HttpRequest) -> None:
 def flags(
     request: HttpRequest,
     kernel_id: int | None = None,
-    source: str | None = None,
+    source: ShortText | None = None,
     page: int = 1,
     page_size: int = 50,
 ):
-    qs = selectors.flag_list(kernel_id=kernel_id, source=source)
-    page_size = max(1, min(page_size, PAGE_SIZE_MAX))
-    page = max(1, page)
-    start = (page - 1) * page_size
-    return {
-        "count": qs.count(),
-        "page": page,
-        "page_size": page_size,
-        "items": list(qs[start : start + page_size]),
-    }
+    count, page, page_size, items = page_slice(
+        selectors.flag_list(kernel_id=kernel_id, source=source), page=page, page_size=page_size
+    )
+    return {"count": count, "page": page, "page_size": page_size, "items": items}
 
 
 @router.post("/flags", response={201: FlagOut, 422: ErrorOut}, auth=AUTH)
@@ -193,7 +187,7 @@ def verdict_create(request: HttpRequest, body: VerdictIn):
 
 
 @router.get("/rules", response=list[RuleOut], auth=AUTH)
-def rules(request: HttpRequest, status: str | None = None):
+def rules(request: HttpRequest, status: ShortText | None = None):
     _reviewer(request)
     return list(selectors.rule_list(status=status)[:500])
 

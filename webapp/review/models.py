@@ -2,8 +2,8 @@
 
 A ReviewCase is the row that tells the truth about one kernel's review: open until the required number
 of reviewers agree (``REVIEW_REVIEWERS_PER_ITEM``), then ``hack`` or ``legit``. A confirmed hack is
-hidden from the leaderboard (see ``selectors.hidden_kernel_ids``) but never deleted: its flags, verdicts
-and evidence stay. Reviewer rules are versioned data: publishing one snapshots a RuleSetVersion that
+hidden (see ``selectors.hidden_kernel_ids``): out of the kernel lists, a failed task and a hack on the
+leaderboard; never deleted: its flags, verdicts and evidence stay. Reviewer rules are versioned data: publishing one snapshots a RuleSetVersion that
 ``gpu_workers`` receives as ``EvalRequest.rule_set``.
 """
 

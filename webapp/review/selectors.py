@@ -7,12 +7,15 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.core.exceptions import ObjectDoesNotExist
 from django.db.models import Prefetch, Q, QuerySet
 
+from webapp.arena import hooks
+from webapp.arena import selectors as arena_selectors
 from webapp.arena.models import Evaluation, Kernel
 
 from . import conf
-from .models import AuditEntry, Flag, ReviewCase, ReviewerRule, RewardRelabel, RuleSetVersion, Verdict
+from .models import AuditEntry, Flag, ReviewCase, ReviewerRule, RuleSetVersion, Verdict
 
 # --- what the leaderboard must not show ----------------------------------------------------------
 
@@ -150,6 +153,11 @@ def case_next(*, user: Any, after: int | None = None) -> ReviewCase | None:
     return queue.first()
 
 
+def open_case_count() -> int:
+    """Cases waiting for a verdict (the queue's length)."""
+    return ReviewCase.objects.filter(status=ReviewCase.Status.OPEN).count()
+
+
 def case_list(*, status: str | None = None) -> QuerySet[ReviewCase]:
     qs = ReviewCase.objects.select_related("kernel__task", "kernel__submitter").prefetch_related(
         Prefetch("verdicts", queryset=Verdict.objects.select_related("reviewer").order_by("id"))
@@ -267,20 +275,53 @@ def agreement_summary() -> AgreementSummary:
 # --- rewards -------------------------------------------------------------------------------------
 
 
-def relabelled_reward(evaluation: Evaluation) -> float | None:
-    """The reward training data should use: the relabel's floor for a hack, else the stored reward."""
-    relabel = RewardRelabel.objects.filter(evaluation_id=evaluation.pk).values_list("new_reward", flat=True)
-    found = list(relabel[:1])
-    return found[0] if found else evaluation.reward
+# --- the reward after review (registered with arena: webapp.arena.hooks.RewardReview) -------------
+
+_RELABEL_VALUES = ("new_reward", "reason", "case_id", "rule__name", "created")
+_CHANGE_KEYS = ("relabel_reward", "reason", "case_id", "rule", "at")
 
 
-def relabelled_rewards(*, evaluation_ids: Iterable[int]) -> dict[int, float]:
-    """{evaluation id: relabelled reward} for those of ``evaluation_ids`` that were relabelled (one query)."""
+def _relabel_of_evaluation(evaluation: Evaluation) -> dict[str, Any] | None:
+    try:
+        relabel = evaluation.reward_relabel  # select_related by reward_review's ``related``
+    except ObjectDoesNotExist:
+        return None
     return dict(
-        RewardRelabel.objects.filter(evaluation_id__in=list(evaluation_ids)).values_list(
-            "evaluation_id", "new_reward"
+        zip(
+            _CHANGE_KEYS,
+            (
+                relabel.new_reward,
+                relabel.reason,
+                relabel.case_id,
+                relabel.rule.name if relabel.rule_id else None,
+                relabel.created,
+            ),
         )
     )
+
+
+def _relabel_of_values(values: tuple) -> dict[str, Any] | None:
+    change = dict(zip(_CHANGE_KEYS, values))
+    return change if change["reason"] else None  # a left join's empty row: not relabelled
+
+
+REWARD_REVIEW = hooks.RewardReview(
+    related=("reward_relabel__rule",),
+    values=tuple(f"reward_relabel__{name}" for name in _RELABEL_VALUES),
+    of_evaluation=_relabel_of_evaluation,
+    of_values=_relabel_of_values,
+)
+
+
+def relabelled_reward(evaluation: Evaluation) -> float | None:
+    """The reward training data should use (the arena's effective reward: the floor for a hack)."""
+    return arena_selectors.evaluation_reward(evaluation).effective
+
+
+def relabelled_rewards(*, evaluation_ids: Iterable[int]) -> dict[int, float | None]:
+    """{evaluation id: effective reward} for those of ``evaluation_ids`` that review relabelled (one query)."""
+    rewards = arena_selectors.evaluation_rewards(evaluation_ids=evaluation_ids)
+    return {pk: r.effective for pk, r in rewards.items() if r.changed_by is not None}
 
 
 # --- audit ---------------------------------------------------------------------------------------
@@ -401,8 +442,27 @@ def checker_metrics(*, track: str = "strict") -> list[VersionMetrics]:
 # --- export --------------------------------------------------------------------------------------
 
 
+def _export_evaluation(evaluation: Evaluation) -> dict[str, Any]:
+    return {
+        "evaluation_id": evaluation.pk,
+        "track": evaluation.track,
+        "hardware": evaluation.hardware.key if evaluation.hardware_id else None,
+        "status": evaluation.status,
+        **arena_selectors.evaluation_reward(evaluation).to_dict(),
+    }
+
+
 def reviewed_kernels_export(*, include_open: bool = False) -> Iterator[dict[str, Any]]:
-    """One dict per reviewed kernel (decided cases; open ones with verdicts too if asked), streamed."""
+    """One dict per reviewed kernel (decided cases; open ones with verdicts too if asked), streamed.
+
+    ``reward`` is the effective reward of the kernel's latest finished evaluation (``reward_original``
+    and ``reward_changed_by`` beside it); ``evaluations`` lists every finished one the same way.
+    """
+    finished = (
+        Evaluation.objects.exclude(status__in=[Evaluation.Status.QUEUED, Evaluation.Status.RUNNING])
+        .select_related("hardware", *arena_selectors.evaluation_related())
+        .order_by("-created", "-id")
+    )
     statuses = [ReviewCase.Status.HACK, ReviewCase.Status.LEGIT]
     if include_open:
         statuses.append(ReviewCase.Status.OPEN)
@@ -411,12 +471,15 @@ def reviewed_kernels_export(*, include_open: bool = False) -> Iterator[dict[str,
         .distinct()
         .select_related("kernel__task", "kernel__submitter")
         .prefetch_related(
-            Prefetch("verdicts", queryset=Verdict.objects.select_related("reviewer").order_by("id"))
+            Prefetch("verdicts", queryset=Verdict.objects.select_related("reviewer").order_by("id")),
+            Prefetch("kernel__evaluations", queryset=finished),
         )
         .order_by("id")
     )
     for case in qs.iterator(chunk_size=200):
         verdicts = list(case.verdicts.all())
+        evaluations = [_export_evaluation(ev) for ev in case.kernel.evaluations.all()]
+        latest = evaluations[0] if evaluations else {}
         evidence = sorted({line for v in verdicts for line in (v.evidence_lines or [])})
         yield {
             "kernel_id": case.kernel_id,
@@ -426,6 +489,10 @@ def reviewed_kernels_export(*, include_open: bool = False) -> Iterator[dict[str,
             "source": case.kernel.source,
             "verdict": case.status,
             "family": case.family or None,
+            "reward": latest.get("reward"),
+            "reward_original": latest.get("reward_original"),
+            "reward_changed_by": latest.get("reward_changed_by"),
+            "evaluations": evaluations,
             "evidence_lines": evidence,
             "notes": [v.notes for v in verdicts if v.notes],
             "reviews": [

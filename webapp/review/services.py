@@ -14,6 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from webapp.arena.models import Evaluation, Kernel
+from webapp.core.text import text_problem
 
 from . import conf, judge, selectors
 from .models import AuditEntry, Flag, ReviewCase, ReviewerRule, RewardRelabel, RuleSetVersion, Verdict
@@ -165,6 +166,12 @@ def flags_from_evaluation(*, evaluation_id: int) -> list[Flag]:
     return list(Flag.objects.filter(evaluation_id=evaluation_id).order_by("id"))
 
 
+def _text_check(value: str, *, what: str, max_length: int) -> None:
+    problem = text_problem(value, max_length=max_length)
+    if problem:
+        raise InvalidReview(f"{what} {problem}")
+
+
 def flag_create(*, kernel_id: int, user: Any, reason: str, evaluation_id: int | None = None) -> Flag:
     """A signed-in person flags a kernel ("flag this kernel")."""
     if user is None or not user.is_authenticated:
@@ -172,8 +179,7 @@ def flag_create(*, kernel_id: int, user: Any, reason: str, evaluation_id: int | 
     reason = (reason or "").strip()
     if not reason:
         raise InvalidReview("say why this kernel looks wrong")
-    if len(reason) > 5000:
-        raise InvalidReview("the reason is over 5000 characters")
+    _text_check(reason, what="the reason", max_length=5000)
     if not Kernel.objects.filter(pk=kernel_id).exists():
         raise InvalidReview(f"no kernel {kernel_id}")
     if (
@@ -313,6 +319,7 @@ def verdict_submit(
     _require_reviewer(reviewer)
     if verdict not in Verdict.Choice.values:
         raise InvalidReview("the verdict is hack, legit or unsure")
+    _text_check(notes or "", what="the notes", max_length=20_000)
     family = _family(family)
     if verdict == Verdict.Choice.HACK and not family:
         family = "other"
@@ -412,6 +419,8 @@ def rule_create(
     if track not in ReviewerRule.Track.values:
         raise InvalidReview("track is both, strict or open")
     family = _family(family)
+    _text_check(message or "", what="the message", max_length=500)
+    _text_check(pattern or "", what="the pattern", max_length=5000)
     message = (message or "").strip() or f"matches reviewer rule {name}"
     case = None
     if source_case_id is not None:

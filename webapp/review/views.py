@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from webapp.arena.models import Kernel
+from webapp.core.paging import page_of
 
 from . import selectors, services
 from .models import FAMILY_CHOICES, ReviewCase, ReviewerRule
@@ -42,11 +43,13 @@ def _int_or_none(value: str | None) -> int | None:
 
 @reviewer_required
 def queue(request: HttpRequest) -> HttpResponse:
-    cases = list(selectors.case_list(status=ReviewCase.Status.OPEN)[:200])
+    page = page_of(selectors.case_list(status=ReviewCase.Status.OPEN), request=request, size=50)
     mine = selectors.case_queue(user=request.user).count()
-    rows = [(case, selectors.case_agreement(case)) for case in cases]
+    rows = [(case, selectors.case_agreement(case)) for case in page.items]
     return render(
-        request, "review/queue.html", {"rows": rows, "mine": mine, "summary": selectors.agreement_summary()}
+        request,
+        "review/queue.html",
+        {"rows": rows, "page": page, "mine": mine, "summary": selectors.agreement_summary()},
     )
 
 
@@ -185,7 +188,7 @@ def rules(request: HttpRequest) -> HttpResponse:
         request,
         "review/rules.html",
         {
-            "rules": list(selectors.rule_list()[:500]),
+            "page": page_of(selectors.rule_list(), request=request, size=100),
             "versions": selectors.rule_set_versions(),
         },
     )
@@ -231,7 +234,7 @@ def audit(request: HttpRequest) -> HttpResponse:
         request,
         "review/audit.html",
         {
-            "entries": list(selectors.audit_list(kernel_id=kernel_id)[:500]),
+            "page": page_of(selectors.audit_list(kernel_id=kernel_id), request=request, size=100),
             "kernel_id": kernel_id,
         },
     )

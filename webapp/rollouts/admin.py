@@ -6,7 +6,17 @@ from django.contrib import admin, messages
 from django.shortcuts import redirect
 
 from . import services
-from .models import Rollout, RolloutBatch, RolloutEvent
+from .models import LlmEndpoint, Rollout, RolloutBatch, RolloutEvent
+
+
+@admin.register(LlmEndpoint)
+class LlmEndpointAdmin(admin.ModelAdmin):
+    """The endpoints users may choose for a rollout. The key is never stored here: ``api_key_env``
+    names the worker's environment variable that holds it."""
+
+    list_display = ("name", "model", "base_url", "api_key_env", "enabled", "builtin", "created")
+    list_filter = ("enabled", "builtin")
+    search_fields = ("name", "model", "base_url")
 
 
 @admin.register(Rollout)
@@ -15,7 +25,7 @@ class RolloutAdmin(admin.ModelAdmin):
     list_filter = ("status", "stop_reason", "passed")
     list_select_related = ("task", "submitter")
     search_fields = ("task__name", "submitter__name", "model")
-    raw_id_fields = ("task", "submitter", "batch", "best_kernel", "best_evaluation", "created_by")
+    raw_id_fields = ("task", "submitter", "batch", "endpoint", "best_kernel", "best_evaluation", "created_by")
     readonly_fields = [f.name for f in Rollout._meta.fields]
     actions = ["relaunch", "cancel"]
 
@@ -23,10 +33,15 @@ class RolloutAdmin(admin.ModelAdmin):
         """Launching goes through the service (validation, enqueue after commit): the launch form."""
         return redirect("rollouts:launch")
 
-    @admin.action(description="Launch again (same task, endpoint, model and settings)")
+    @admin.action(description="Launch again (same task, endpoint and settings)")
     def relaunch(self, request, queryset):
         launched = 0
-        for rollout in queryset.select_related("task", "submitter"):
+        for rollout in queryset.select_related("task", "submitter", "endpoint"):
+            if rollout.endpoint is None:
+                self.message_user(
+                    request, f"rollout {rollout.pk}: it has no registered endpoint", messages.ERROR
+                )
+                continue
             config = rollout.config
             settings = {k: v for k, v in config.items() if k in services.USER_SETTINGS}
             settings["contrastive"] = bool(rollout.settings.get("contrastive"))
@@ -35,8 +50,7 @@ class RolloutAdmin(admin.ModelAdmin):
                     task_id=rollout.task_id,
                     submitter_name=rollout.submitter.name,
                     submitter_kind=rollout.submitter.kind,
-                    base_url=rollout.base_url,
-                    model=rollout.model,
+                    endpoint=rollout.endpoint.name,
                     settings=settings,
                     created_by=request.user,
                 )
@@ -55,7 +69,7 @@ class RolloutAdmin(admin.ModelAdmin):
 @admin.register(RolloutBatch)
 class RolloutBatchAdmin(admin.ModelAdmin):
     list_display = ("id", "suite", "level", "submitter", "model", "created")
-    raw_id_fields = ("submitter", "created_by")
+    raw_id_fields = ("submitter", "endpoint", "created_by")
 
     def add_view(self, request, form_url="", extra_context=None):
         return redirect("rollouts:launch")

@@ -21,8 +21,11 @@ class RolloutConsumer(ResumeConsumer):
         return rollout_group(object_id)
 
     def read_state(self, object_id: int) -> dict[str, Any] | None:
-        return selectors.rollout_state(rollout_id=object_id)
+        return selectors.rollout_state(rollout_id=object_id, viewer=self.scope.get("user"))
 
     def read_after(self, object_id: int, after: int, limit: int) -> list[dict[str, Any]]:
         rows = selectors.rollout_events_after(rollout_id=object_id, after_seq=after, limit=limit)
-        return [selectors.rollout_event_payload(r) for r in rows]
+        visible = any(r.kind == "error" for r in rows) and selectors.rollout_errors_visible(
+            rollout_id=object_id, viewer=self.scope.get("user")
+        )
+        return [selectors.rollout_event_payload(r, errors_visible=visible) for r in rows]

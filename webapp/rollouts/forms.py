@@ -5,6 +5,9 @@ from __future__ import annotations
 from django import forms
 
 from webapp.arena.models import Evaluation, Task
+from webapp.core.text import NAME_MAX, form_text_validators
+
+from .models import LlmEndpoint
 
 
 def _suite_choices() -> list[tuple[str, str]]:
@@ -20,16 +23,19 @@ class RolloutLaunchForm(forms.Form):
     )
     suite = forms.ChoiceField(required=False, help_text="Or launch one rollout per task of a whole suite.")
     submitter = forms.CharField(
-        max_length=128,
-        help_text="The model or agent being run; its best kernels enter the leaderboard under this name.",
+        max_length=NAME_MAX,
+        validators=form_text_validators(NAME_MAX),
+        help_text="The model or agent being run (a new name becomes yours; an existing one must be yours "
+        "or one you are a member of); its best kernels enter the leaderboard under this name.",
     )
-    base_url = forms.CharField(
-        max_length=500,
-        label="Endpoint",
-        initial="http://127.0.0.1:8000/v1",
-        help_text="An OpenAI-compatible chat-completions API (vLLM, SGLang, OpenAI).",
+    endpoint = forms.ModelChoiceField(
+        queryset=LlmEndpoint.objects.filter(enabled=True).order_by("-builtin", "name"),
+        to_field_name="name",
+        label="LLM endpoint",
+        empty_label=None,
+        help_text="An OpenAI-compatible API registered by staff (admin → LLM endpoints); "
+        "'builtin-scripted' is the app's own scripted policy (no model, no key).",
     )
-    model = forms.CharField(max_length=255)
     max_turns = forms.IntegerField(min_value=1, max_value=1000, initial=200)
     track = forms.ChoiceField(choices=Evaluation.Track.choices, initial=Evaluation.Track.STRICT)
     device = forms.ChoiceField(choices=[("cpu", "cpu"), ("cuda", "cuda")])

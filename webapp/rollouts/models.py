@@ -1,16 +1,56 @@
-"""Agent rollouts: one row per rollout (the job row is the truth) and its trajectory events.
+"""Agent rollouts: one row per rollout (the job row is the truth), its trajectory events, and the
+LLM endpoints staff registered (users choose among them; nobody types a URL the server would call).
 
-An API key for the model endpoint is never stored here: it comes from the worker's environment
-(``KERNELCOURT_LLM_API_KEY``) or travels with the job message only (see services.rollout_launch).
+An API key is never stored here: an endpoint names the environment variable that holds it, read by
+the worker when the rollout runs.
 """
 
 from __future__ import annotations
 
+import re
+from urllib.parse import urlparse
+
 from django.conf import settings as django_settings
+from django.core.exceptions import ValidationError
 from django.db import models
 
 from webapp.arena.models import Evaluation, Kernel, Submitter, Task
 from webapp.core.models import Job
+from webapp.core.text import validate_name
+
+
+def validate_env_name(value: str) -> None:
+    if value and not re.fullmatch(r"[A-Z_][A-Z0-9_]{0,127}", value):
+        raise ValidationError("An environment variable name: capital letters, digits and _.")
+
+
+def validate_base_url(value: str) -> None:
+    parsed = urlparse(value)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or any(c.isspace() for c in value):
+        raise ValidationError(
+            "An http:// or https:// URL of an OpenAI-compatible API, e.g. http://host:8000/v1."
+        )
+
+
+class LlmEndpoint(models.Model):
+    """An OpenAI-compatible chat-completions API that rollouts may use, registered by staff."""
+
+    name = models.CharField(max_length=64, unique=True, validators=[validate_name])
+    base_url = models.CharField(max_length=500, validators=[validate_base_url])
+    model = models.CharField(max_length=255)  # the model name sent with every request
+    # the environment variable (of the worker) holding the API key; empty: no key
+    api_key_env = models.CharField(max_length=128, blank=True, validators=[validate_env_name])
+    description = models.TextField(blank=True)
+    enabled = models.BooleanField(default=True)
+    builtin = models.BooleanField(default=False)  # the app's own scripted policy (see builtin_policy)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "LLM endpoint"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.model})"
 
 
 class RolloutBatch(models.Model):
@@ -19,6 +59,9 @@ class RolloutBatch(models.Model):
     suite = models.CharField(max_length=64)
     level = models.PositiveSmallIntegerField(null=True, blank=True)
     submitter = models.ForeignKey(Submitter, on_delete=models.CASCADE, related_name="rollout_batches")
+    endpoint = models.ForeignKey(
+        LlmEndpoint, on_delete=models.PROTECT, null=True, blank=True, related_name="rollout_batches"
+    )
     base_url = models.CharField(max_length=500)
     model = models.CharField(max_length=255)
     settings = models.JSONField(default=dict, blank=True)
@@ -50,6 +93,10 @@ class Rollout(Job):
     submitter = models.ForeignKey(Submitter, on_delete=models.CASCADE, related_name="rollouts")
     batch = models.ForeignKey(
         RolloutBatch, on_delete=models.SET_NULL, null=True, blank=True, related_name="rollouts"
+    )
+    # base_url and model are copied from the endpoint at launch (what this rollout asked)
+    endpoint = models.ForeignKey(
+        LlmEndpoint, on_delete=models.PROTECT, null=True, blank=True, related_name="rollouts"
     )
     base_url = models.CharField(max_length=500)
     model = models.CharField(max_length=255)

@@ -6,11 +6,12 @@ from typing import Any
 
 from django.db.models import Max, QuerySet
 
+from webapp.arena import selectors as arena_selectors
 from webapp.arena.models import Evaluation
+from webapp.core.permissions import can_manage, visible_error
+from webapp.core.text import scrub_paths
 
-from .models import Rollout, RolloutBatch, RolloutEvent
-
-PAGE_SIZE_MAX = 100
+from .models import LlmEndpoint, Rollout, RolloutBatch, RolloutEvent
 
 
 def rollout_list(
@@ -20,7 +21,9 @@ def rollout_list(
     submitter: str | None = None,
     batch_id: int | None = None,
 ) -> QuerySet[Rollout]:
-    qs = Rollout.objects.select_related("task", "submitter", "best_kernel")
+    qs = Rollout.objects.select_related(
+        "task", "submitter", "best_kernel", "endpoint", "created_by", *_best_evaluation_related()
+    )
     if status:
         qs = qs.filter(status=status)
     if task_id is not None:
@@ -32,9 +35,25 @@ def rollout_list(
     return qs.order_by("-created", "-id")
 
 
+def _best_evaluation_related() -> list[str]:
+    return ["best_evaluation", *(f"best_evaluation__{p}" for p in arena_selectors.evaluation_related())]
+
+
 def rollout_get(*, rollout_id: int) -> Rollout:
-    return Rollout.objects.select_related("task", "submitter", "best_kernel", "best_evaluation", "batch").get(
-        pk=rollout_id
+    return Rollout.objects.select_related(
+        "task", "submitter", "best_kernel", "batch", "endpoint", "created_by", *_best_evaluation_related()
+    ).get(pk=rollout_id)
+
+
+def rollout_best_reward(rollout: Rollout) -> arena_selectors.EffectiveReward:
+    """The rollout's best reward after review: its best evaluation's relabel, if review replaced it."""
+    if rollout.best_evaluation_id is None:
+        return arena_selectors.reward_effective(reward=rollout.best_reward)
+    reviewed = arena_selectors.evaluation_reward(rollout.best_evaluation)
+    if reviewed.changed_by is None:
+        return arena_selectors.reward_effective(reward=rollout.best_reward)
+    return arena_selectors.EffectiveReward(
+        effective=reviewed.effective, original=rollout.best_reward, changed_by=reviewed.changed_by
     )
 
 
@@ -55,7 +74,9 @@ def rollout_last_seq(*, rollout_id: int) -> int:
     return -1 if value is None else int(value)
 
 
-def rollout_state(*, rollout_id: int) -> dict[str, Any] | None:
+def rollout_state(*, rollout_id: int, viewer: Any = None) -> dict[str, Any] | None:
+    """The rollout's state for clients; its error as ``viewer`` may see it (owner: without server
+    paths; staff: all of it; anyone else: nothing)."""
     row = (
         Rollout.objects.filter(pk=rollout_id)
         .values(
@@ -69,23 +90,33 @@ def rollout_state(*, rollout_id: int) -> dict[str, Any] | None:
             "best_speedup",
             "best_kernel_id",
             "error",
+            "created_by_id",
         )
         .first()
     )
     if row is None:
         return None
+    row["error"] = visible_error(row["error"], user=viewer, owner_id=row.pop("created_by_id"))
     row["finished"] = row["status"] in Rollout.FINISHED
     return row
 
 
-def rollout_event_payload(event: RolloutEvent) -> dict[str, Any]:
-    """What clients (websocket and API) get for one event."""
+ERROR_HIDDEN = "the rollout failed; its owner and staff see the error on the rollout's page"
+
+
+def rollout_event_payload(event: RolloutEvent, *, errors_visible: bool = False) -> dict[str, Any]:
+    """What clients (websocket and API) get for one event. An ``error`` event (a worker's traceback)
+    is shown without server paths when ``errors_visible`` (the viewer may manage the rollout), and
+    as a plain sentence otherwise."""
+    content = event.content
+    if event.kind == "error":
+        content = scrub_paths(content) if errors_visible else ERROR_HIDDEN
     return {
         "seq": event.seq,
         "kind": event.kind,
         "role": event.role,
         "turn": event.turn,
-        "content": event.content,
+        "content": content,
         "tool_call": event.tool_call,
         "evaluation": event.evaluation,
         "reward": event.reward,
@@ -147,15 +178,18 @@ def contrastive_variants(*, task_id: int, track: str, limit: int = 32) -> list:
     return variants
 
 
-def page_slice(qs: QuerySet, *, page: int, page_size: int) -> tuple[int, int, int, list]:
-    page_size = max(1, min(page_size, PAGE_SIZE_MAX))
-    page = max(1, page)
-    count = qs.count()
-    start = (page - 1) * page_size
-    return count, page, page_size, list(qs[start : start + page_size])
-
-
 def task_exists(*, task_id: int) -> bool:
     from webapp.arena.models import Task
 
     return Task.objects.filter(pk=task_id).exists()
+
+
+def rollout_errors_visible(*, rollout_id: int, viewer: Any) -> bool:
+    """Whether ``viewer`` may read the rollout's errors (its owner or staff)."""
+    owner_id = Rollout.objects.filter(pk=rollout_id).values_list("created_by_id", flat=True).first()
+    return can_manage(viewer, owner_id)
+
+
+def llm_endpoint_list() -> QuerySet[LlmEndpoint]:
+    """The endpoints users may choose (enabled), by name."""
+    return LlmEndpoint.objects.filter(enabled=True).order_by("name")

@@ -7,35 +7,51 @@ are stored one by one (each in its own transaction) and only then is the channel
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
-from urllib.parse import urlparse
 
 from django.conf import settings as django_settings
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
+from webapp.accounts.services import queue_cap_check, rate_limit_take
 from webapp.arena.models import Evaluation, Kernel, Submitter, Task
 from webapp.arena.services import (
+    Conflict,
     InvalidInput,
     evaluation_store_result,
     kernel_create,
+    submitter_for_user,
     submitter_get_or_create,
 )
-from webapp.core.jobs import job_enqueue
 from webapp.core.models import ErrorKind
-from webapp.core.runner import JobContext, JobKind, job_cancel, job_claim, job_run, worker_id
+from webapp.core.permissions import manage_check
+from webapp.core.runner import (
+    JobContext,
+    JobKind,
+    job_cancel,
+    job_claim,
+    job_enqueue_kind,
+    job_run,
+    worker_id,
+)
 
 from . import conf, selectors
 from .doorbell import rollout_ring
-from .models import Rollout, RolloutBatch, RolloutEvent
+from .models import LlmEndpoint, Rollout, RolloutBatch, RolloutEvent
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "Conflict",
     "InvalidInput",
     "RolloutEventSink",
+    "llm_endpoint_api_key",
+    "llm_endpoint_builtin_start",
+    "llm_endpoint_register",
     "rollout_cancel",
     "rollout_claim",
     "rollout_config_build",
@@ -77,15 +93,49 @@ SUITE_MAX_TASKS = 1000
 LOCAL_MODEL_SCHEME = "local:"
 
 
-def _base_url_check(base_url: str) -> str:
-    base_url = (base_url or "").strip()
-    parsed = urlparse(base_url)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname or any(c.isspace() for c in base_url):
+def llm_endpoint_register(
+    *,
+    name: str,
+    base_url: str,
+    model: str,
+    api_key_env: str = "",
+    description: str = "",
+    builtin: bool = False,
+) -> LlmEndpoint:
+    """Create or update the endpoint ``name`` (staff: admin, commands, the demo). The key itself is
+    never stored: ``api_key_env`` names the worker's environment variable that holds it."""
+    endpoint = LlmEndpoint.objects.filter(name=name).first() or LlmEndpoint(name=name)
+    endpoint.base_url = (base_url or "").strip()
+    endpoint.model = (model or "").strip()
+    endpoint.api_key_env = (api_key_env or "").strip()
+    endpoint.description = description
+    endpoint.builtin = builtin
+    endpoint.enabled = True
+    try:
+        endpoint.full_clean()
+    except ValidationError as exc:
+        raise InvalidInput("; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())) from exc
+    endpoint.save()
+    return endpoint
+
+
+def llm_endpoint_api_key(*, endpoint: LlmEndpoint | None) -> str | None:
+    """The key of an endpoint, from the environment of the process that calls it (the worker)."""
+    if endpoint is None:  # rollouts launched before endpoints were registered
+        return getattr(django_settings, "KERNELCOURT_LLM_API_KEY", None) or None
+    if not endpoint.api_key_env:
+        return None
+    return os.environ.get(endpoint.api_key_env) or None
+
+
+def _endpoint_get(name: str) -> LlmEndpoint:
+    endpoint = LlmEndpoint.objects.filter(name=name, enabled=True).first()
+    if endpoint is None:
+        names = ", ".join(LlmEndpoint.objects.filter(enabled=True).values_list("name", flat=True)[:50])
         raise InvalidInput(
-            f"base_url must be an http:// or https:// URL of an OpenAI-compatible API "
-            f"(e.g. http://host:8000/v1), got {base_url!r}"
+            f"no LLM endpoint {name[:80]!r}; choose one of: {names or 'none is registered (ask a staff user)'}"
         )
-    return base_url
+    return endpoint
 
 
 def rollout_config_build(*, task: Task, settings: dict[str, Any] | None) -> dict[str, Any]:
@@ -138,75 +188,94 @@ def rollout_config_build(*, task: Task, settings: dict[str, Any] | None) -> dict
     return {"config": config.to_dict(), "contrastive": contrastive, "contrastive_variants": len(variants)}
 
 
-def _enqueue(rollout_id: int, api_key: str | None) -> None:
-    from .tasks import rollout_run_task
-
-    # The key (if any) travels with the job message to the worker; it is never written to the DB.
-    job_enqueue(rollout_run_task, rollout_id, *([api_key] if api_key else []))
+def _enqueue(rollout_id: int) -> None:
+    job_enqueue_kind(ROLLOUT_JOB, rollout_id)
 
 
 def _rollout_create(
     *,
     task: Task,
     submitter: Submitter,
-    base_url: str,
-    model: str,
+    endpoint: LlmEndpoint | None,
     settings: dict[str, Any] | None,
     created_by: Any = None,
     batch: RolloutBatch | None = None,
-    api_key: str | None = None,
+    base_url: str = "",
+    model: str = "",
 ) -> Rollout:
+    """A queued rollout of a registered endpoint, or (``endpoint`` None, trusted callers only) of the
+    model at ``base_url``: a ``local:`` directory."""
     rollout = Rollout.objects.create(
         task=task,
         submitter=submitter,
         batch=batch,
-        base_url=base_url,
-        model=model,
+        endpoint=endpoint,
+        base_url=endpoint.base_url if endpoint else base_url,
+        model=endpoint.model if endpoint else model,
         settings=rollout_config_build(task=task, settings=settings),
         created_by=created_by if getattr(created_by, "is_authenticated", False) else None,
     )
-    _enqueue(rollout.pk, api_key)
+    _enqueue(rollout.pk)
     return rollout
 
 
-def _launch_common(*, submitter_name: str, submitter_kind: str, base_url: str, model: str) -> tuple:
-    base_url = _base_url_check(base_url)
-    model = (model or "").strip()
-    if not model:
-        raise InvalidInput("model must name the model to ask (e.g. Qwen/Qwen3-8B)")
-    submitter = submitter_get_or_create(name=submitter_name or "", kind=submitter_kind)
-    return submitter, base_url, model
+def _launch_common(
+    *, submitter_name: str, submitter_kind: str | None, endpoint: str, created_by: Any, adding: int
+) -> tuple[Submitter, LlmEndpoint]:
+    """The registered endpoint, the submitter (one the user may use), and the user's limits."""
+    found = _endpoint_get(endpoint)
+    user = created_by if getattr(created_by, "is_authenticated", False) else None
+    if user is None:
+        return submitter_get_or_create(
+            name=submitter_name or "", kind=submitter_kind or Submitter.Kind.AGENT
+        ), found
+    submitter = submitter_for_user(
+        name=submitter_name or "", user=user, kind=submitter_kind, default_kind=Submitter.Kind.AGENT
+    )
+    queue_cap_check(
+        user=user,
+        count=lambda: Rollout.objects.filter(
+            created_by=user, status__in=[Rollout.Status.QUEUED, Rollout.Status.RUNNING]
+        ).count(),
+        adding=adding,
+        cap=django_settings.LIMIT_QUEUED_ROLLOUTS,
+        what="rollouts",
+    )
+    rate_limit_take(
+        user=user,
+        action="rollout_launch",
+        limit=django_settings.LIMIT_ROLLOUT_LAUNCHES_PER_MINUTE,
+        what="rollout launches",
+    )
+    return submitter, found
 
 
 def rollout_launch(
     *,
     task_id: int,
     submitter_name: str,
-    base_url: str,
-    model: str,
+    endpoint: str,
     settings: dict[str, Any] | None = None,
-    submitter_kind: str = Submitter.Kind.AGENT,
+    submitter_kind: str | None = None,
     created_by: Any = None,
-    api_key: str | None = None,
 ) -> Rollout:
     """Create a queued rollout of one task and run it after commit (queue ``agent``; in the embedded
-    mode, on the background worker). ``api_key`` goes to the worker only; without it the worker uses
-    ``KERNELCOURT_LLM_API_KEY`` / ``OPENAI_API_KEY`` from its environment."""
+    mode, on the background worker), asking the registered LLM endpoint ``endpoint`` (by name).
+    With ``created_by`` (a request's user): under a submitter that user may use (NotAllowed), within
+    their limits (LimitExceeded)."""
     task = Task.objects.filter(pk=task_id).first()
     if task is None:
         raise InvalidInput(f"no task {task_id}")
     with transaction.atomic():
-        submitter, base_url, model = _launch_common(
-            submitter_name=submitter_name, submitter_kind=submitter_kind, base_url=base_url, model=model
+        submitter, found = _launch_common(
+            submitter_name=submitter_name,
+            submitter_kind=submitter_kind,
+            endpoint=endpoint,
+            created_by=created_by,
+            adding=1,
         )
         return _rollout_create(
-            task=task,
-            submitter=submitter,
-            base_url=base_url,
-            model=model,
-            settings=settings,
-            created_by=created_by,
-            api_key=api_key,
+            task=task, submitter=submitter, endpoint=found, settings=settings, created_by=created_by
         )
 
 
@@ -214,23 +283,25 @@ def rollout_launch_suite(
     *,
     suite: str,
     submitter_name: str,
-    base_url: str,
-    model: str,
+    endpoint: str,
     settings: dict[str, Any] | None = None,
     level: int | None = None,
-    submitter_kind: str = Submitter.Kind.AGENT,
+    submitter_kind: str | None = None,
     created_by: Any = None,
-    api_key: str | None = None,
 ) -> RolloutBatch:
     """One rollout per task of a suite (optionally one level), all or nothing."""
     tasks = _suite_tasks(suite=suite, level=level)
     with transaction.atomic():
-        submitter, base_url, model = _launch_common(
-            submitter_name=submitter_name, submitter_kind=submitter_kind, base_url=base_url, model=model
+        submitter, found = _launch_common(
+            submitter_name=submitter_name,
+            submitter_kind=submitter_kind,
+            endpoint=endpoint,
+            created_by=created_by,
+            adding=len(tasks),
         )
         return _batch_create(
-            tasks=tasks, suite=suite, level=level, submitter=submitter, base_url=base_url, model=model,
-            settings=settings, created_by=created_by, api_key=api_key,
+            tasks=tasks, suite=suite, level=level, submitter=submitter, endpoint=found, base_url=found.base_url,
+            model=found.model, settings=settings, created_by=created_by,
         )
 
 
@@ -249,7 +320,7 @@ def rollout_launch_local_suite(
     tasks = _suite_tasks(suite=suite, level=level)
     with transaction.atomic():
         return _batch_create(
-            tasks=tasks, suite=suite, level=level, submitter=submitter,
+            tasks=tasks, suite=suite, level=level, submitter=submitter, endpoint=None,
             base_url=LOCAL_MODEL_SCHEME + model_dir, model=model_dir, settings=settings, created_by=created_by,
         )
 
@@ -276,16 +347,17 @@ def _batch_create(
     suite: str,
     level: int | None,
     submitter: Submitter,
+    endpoint: LlmEndpoint | None,
     base_url: str,
     model: str,
     settings: dict[str, Any] | None,
     created_by: Any,
-    api_key: str | None = None,
 ) -> RolloutBatch:
     batch = RolloutBatch.objects.create(
         suite=suite,
         level=level,
         submitter=submitter,
+        endpoint=endpoint,
         base_url=base_url,
         model=model,
         settings=dict(settings or {}),
@@ -295,19 +367,23 @@ def _batch_create(
         _rollout_create(
             task=task,
             submitter=submitter,
+            endpoint=endpoint,
             base_url=base_url,
             model=model,
             settings=settings,
             created_by=created_by,
             batch=batch,
-            api_key=api_key,
         )
     return batch
 
 
-def rollout_cancel(*, rollout_id: int) -> Rollout:
+def rollout_cancel(*, rollout_id: int, user: Any = None) -> Rollout:
     """Ask a rollout to stop. A queued one is cancelled at once; a running one stops before its next
-    turn or evaluation (the job writes the final state). A finished one is left as it is."""
+    turn or evaluation (the job writes the final state). A finished one is left as it is.
+    ``user`` (a request's): its owner or staff only (NotAllowed)."""
+    if user is not None:
+        owner_id = Rollout.objects.filter(pk=rollout_id).values_list("created_by_id", flat=True).get()
+        manage_check(user, owner_id, f"rollout {rollout_id}")
     return job_cancel(ROLLOUT_JOB, rollout_id)
 
 
@@ -453,7 +529,7 @@ def rollout_finish(*, rollout_id: int, summary: Any, time_limit_error: str = "")
 def _rollout_execute(ctx: JobContext, api_key: str | None) -> Any:
     from agent import RolloutConfig, run_rollout
 
-    rollout = Rollout.objects.select_related("task").get(pk=ctx.job_id)
+    rollout = Rollout.objects.select_related("task", "endpoint").get(pk=ctx.job_id)
     start_seq = selectors.rollout_last_seq(rollout_id=ctx.job_id) + 1  # a re-claimed row continues
     config = RolloutConfig.from_dict(rollout.config)
     client = _client_for(rollout, api_key)
@@ -484,7 +560,8 @@ def rollout_run(*, rollout_id: int, api_key: str | None = None) -> Rollout | Non
 
     On webapp.core.runner: idempotent (a second delivery finds the row claimed or finished and does
     nothing), retried when the database goes away; anything else ends the rollout ``failed`` with an
-    ``error`` event in its stream.
+    ``error`` event in its stream. The key comes from the endpoint's environment variable;
+    ``api_key`` only serves job messages queued before endpoints were registered (they carried the key).
     """
     return job_run(
         ROLLOUT_JOB,
@@ -498,7 +575,6 @@ def rollout_run(*, rollout_id: int, api_key: str | None = None) -> Rollout | Non
 ROLLOUT_JOB = JobKind(
     name="rollout",
     model=Rollout,
-    # a requeued row's job carries no API key: the worker's KERNELCOURT_LLM_API_KEY applies
     task="webapp.rollouts.tasks.rollout_run_task",
     ring=lambda rollout_id: rollout_ring(rollout_id=rollout_id),
     time_limit_s=conf.soft_time_limit_s,
@@ -507,8 +583,9 @@ ROLLOUT_JOB = JobKind(
 
 
 def _client_for(rollout: Rollout, api_key: str | None) -> Any:
-    """The rollout's model: an OpenAI-compatible endpoint, or a local Hugging Face directory."""
-    if rollout.base_url.startswith(LOCAL_MODEL_SCHEME):
+    """The rollout's model: its registered endpoint where it is now (its key from the endpoint's
+    environment variable), or a local Hugging Face directory (an exported checkpoint)."""
+    if rollout.endpoint is None and rollout.base_url.startswith(LOCAL_MODEL_SCHEME):
         import torch
 
         from agent import TransformersChatClient
@@ -518,9 +595,29 @@ def _client_for(rollout: Rollout, api_key: str | None) -> Any:
     from agent import OpenAIChatClient
 
     return OpenAIChatClient(
-        rollout.base_url,
+        rollout.endpoint.base_url if rollout.endpoint else rollout.base_url,
         rollout.model,
-        api_key=api_key or getattr(django_settings, "KERNELCOURT_LLM_API_KEY", None) or None,
+        api_key=api_key or llm_endpoint_api_key(endpoint=rollout.endpoint),
         timeout_s=conf.llm_timeout_s(),
         max_retries=conf.llm_max_retries(),
+    )
+
+
+BUILTIN_ENDPOINT = "builtin-scripted"
+
+
+def llm_endpoint_builtin_start(*, port: int = 0) -> LlmEndpoint:
+    """Serve the built-in scripted policy on loopback from this process and register it as the
+    endpoint ``builtin-scripted`` (no key). Its rollouts must run where this process's loopback is
+    reachable: the embedded worker of ``make demo``, or the inline backend of the tests."""
+    from .builtin_policy import MODEL_NAME, builtin_policy_serve
+
+    server = builtin_policy_serve(port)
+    return llm_endpoint_register(
+        name=BUILTIN_ENDPOINT,
+        base_url=server.url,
+        model=MODEL_NAME,
+        description="KernelCourt's scripted policy (no model, no key): it verifies and submits a real "
+        "kernel for the task, so a first rollout shows a whole trajectory.",
+        builtin=True,
     )

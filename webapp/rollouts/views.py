@@ -6,9 +6,14 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
+
+from webapp.accounts.services import LimitExceeded
+from webapp.core.paging import page_slice
+from webapp.core.permissions import NotAllowed, can_manage, visible_error
 
 from . import selectors, services
 from .forms import RolloutLaunchForm
@@ -25,12 +30,12 @@ def _int_or_none(value: str | None) -> int | None:
 @login_required
 def launch(request: HttpRequest) -> HttpResponse:
     form = RolloutLaunchForm(request.POST or None, initial={"task": _int_or_none(request.GET.get("task"))})
+    status = 200
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         common = dict(
             submitter_name=data["submitter"],
-            base_url=data["base_url"],
-            model=data["model"],
+            endpoint=data["endpoint"].name,
             settings=form.launch_settings(),
             created_by=request.user,
         )
@@ -41,9 +46,15 @@ def launch(request: HttpRequest) -> HttpResponse:
             batch = services.rollout_launch_suite(suite=data["suite"], **common)
             messages.success(request, f"Launched {batch.rollouts.count()} rollouts on suite {batch.suite}.")
             return redirect(f"{_list_url()}?batch={batch.pk}")
-        except services.InvalidInput as exc:
+        except (services.InvalidInput, NotAllowed) as exc:
             form.add_error(None, str(exc))
-    return render(request, "rollouts/launch.html", {"form": form}, status=400 if form.errors else 200)
+            status = 403 if isinstance(exc, NotAllowed) else 400
+        except LimitExceeded as exc:
+            form.add_error(None, str(exc))
+            status = 429
+    if form.errors and status == 200:
+        status = 400
+    return render(request, "rollouts/launch.html", {"form": form}, status=status)
 
 
 def _list_url() -> str:
@@ -55,7 +66,7 @@ def _list_url() -> str:
 def rollout_list(request: HttpRequest) -> HttpResponse:
     status = request.GET.get("status") or None
     batch_id = _int_or_none(request.GET.get("batch"))
-    count, page, page_size, rollouts = selectors.page_slice(
+    count, page, page_size, rollouts = page_slice(
         selectors.rollout_list(
             status=status, batch_id=batch_id, submitter=request.GET.get("submitter") or None
         ),
@@ -87,6 +98,8 @@ def rollout_detail(request: HttpRequest, rollout_id: int) -> HttpResponse:
         "rollouts/detail.html",
         {
             "rollout": rollout,
+            "rollout_error": visible_error(rollout.error, user=request.user, owner_id=rollout.created_by_id),
+            "can_cancel": can_manage(request.user, rollout.created_by_id),
             "config": rollout.config,
             "candidates": selectors.rollout_candidates(rollout_id=rollout.pk),
         },
@@ -97,8 +110,10 @@ def rollout_detail(request: HttpRequest, rollout_id: int) -> HttpResponse:
 @login_required
 def cancel(request: HttpRequest, rollout_id: int) -> HttpResponse:
     try:
-        services.rollout_cancel(rollout_id=rollout_id)
+        services.rollout_cancel(rollout_id=rollout_id, user=request.user)
     except Rollout.DoesNotExist as exc:
         raise Http404("no such rollout") from exc
+    except NotAllowed as exc:
+        raise PermissionDenied(str(exc)) from exc
     messages.info(request, "Cancellation requested; the rollout stops before its next turn.")
     return redirect("rollouts:detail", rollout_id=rollout_id)

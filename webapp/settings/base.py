@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .database import database_from_url
 from .evaluator import *  # noqa: F403
+from .limits import *  # noqa: F403
 from .queue import *  # noqa: F403
 
 BASE_DIR = Path(__file__).resolve().parents[2]
@@ -37,6 +38,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "webapp.core.inputguard.UnstorableTextMiddleware",
     "webapp.core.middleware.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

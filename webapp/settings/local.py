@@ -1,7 +1,4 @@
-"""A laptop: SQLite under ./var/, the embedded worker, DEBUG on unless told otherwise."""
-
-import os
+"""A laptop: SQLite under ./var/, the embedded worker. DEBUG stays off (styled error pages, no URL
+lists on 404s) unless asked for with DEBUG=1."""
 
 from .base import *  # noqa: F403
-
-DEBUG = os.environ.get("DEBUG", "1") == "1"

@@ -9,7 +9,14 @@ from django.template.response import TemplateResponse
 
 from . import conf, services
 from .forms import TrainingLaunchForm
-from .models import TrainingCheckpoint, TrainingMetric, TrainingRun, TrainingSample
+from .models import (
+    RegisteredModel,
+    RegisteredTaskSet,
+    TrainingCheckpoint,
+    TrainingMetric,
+    TrainingRun,
+    TrainingSample,
+)
 
 
 @admin.register(TrainingRun)
@@ -90,3 +97,21 @@ class TrainingCheckpointAdmin(_ReadOnly):
                 self.message_user(request, f"{checkpoint}: {exc}", messages.ERROR)
             else:
                 self.message_user(request, f"{checkpoint}: rollout batch {batch.pk} queued.", messages.INFO)
+
+
+@admin.register(RegisteredTaskSet)
+class RegisteredTaskSetAdmin(admin.ModelAdmin):
+    """Task sets users may name in a launch; ``spec`` (the server location) is never shown to them."""
+
+    list_display = ("name", "spec", "enabled", "created")
+    list_filter = ("enabled",)
+    search_fields = ("name", "spec")
+
+
+@admin.register(RegisteredModel)
+class RegisteredModelAdmin(admin.ModelAdmin):
+    """Base models users may name in a launch; ``location`` is never shown to them."""
+
+    list_display = ("name", "location", "enabled", "created")
+    list_filter = ("enabled",)
+    search_fields = ("name", "location")

@@ -7,7 +7,9 @@ from django.http import HttpRequest
 from ninja import Router, Status
 from ninja.errors import HttpError
 
-from webapp.accounts.auth import ApiTokenAuth
+from webapp.accounts.auth import ApiTokenAuth, OptionalApiTokenAuth
+from webapp.core.paging import page_slice
+from webapp.core.text import ShortText
 
 from . import conf, selectors, services
 from .models import TrainingRun
@@ -16,6 +18,7 @@ from .schemas import (
     CheckpointLeaderboardOut,
     ErrorOut,
     MetricPage,
+    RegistryOut,
     SampleList,
     TrainingLaunchIn,
     TrainingLaunchOut,
@@ -26,9 +29,16 @@ from .schemas import (
 
 router = Router(tags=["training"])
 auth = ApiTokenAuth()
+reader = OptionalApiTokenAuth()  # anyone reads; a token says who asks (errors are the owner's)
 
 
-@router.post("/", response={202: TrainingLaunchOut, 422: ErrorOut}, auth=auth)
+@router.get("/registry", response=RegistryOut)
+def registry(request: HttpRequest):
+    """The task sets and base models a launch may name (staff register them in the admin)."""
+    return selectors.training_registry()
+
+
+@router.post("/", response={202: TrainingLaunchOut, 422: ErrorOut, 429: ErrorOut}, auth=auth)
 def launch(request: HttpRequest, payload: TrainingLaunchIn):
     """Launch a training run (queued; runs on the ``gpu`` queue)."""
     if (payload.recipe is None) == (payload.config is None):
@@ -64,15 +74,15 @@ def launch(request: HttpRequest, payload: TrainingLaunchIn):
     )
 
 
-@router.get("/", response=TrainingRunPage)
-def runs(request: HttpRequest, status: str | None = None, page: int = 1, page_size: int = 50):
-    count, page, page_size, items = selectors.page_slice(
+@router.get("/", response=TrainingRunPage, auth=reader)
+def runs(request: HttpRequest, status: ShortText | None = None, page: int = 1, page_size: int = 50):
+    count, page, page_size, items = page_slice(
         selectors.training_run_list(status=status), page=page, page_size=page_size
     )
     return {"count": count, "page": page, "page_size": page_size, "items": items}
 
 
-@router.get("/{run_id}", response=TrainingRunDetailOut)
+@router.get("/{run_id}", response=TrainingRunDetailOut, auth=reader)
 def run(request: HttpRequest, run_id: int):
     try:
         found = selectors.training_run_get(run_id=run_id)
@@ -116,10 +126,11 @@ def samples(request: HttpRequest, run_id: int, step: int | None = None):
     return {"run_id": run_id, "step": step, "items": [selectors.training_sample_payload(s) for s in items]}
 
 
-@router.post("/{run_id}/cancel", response={200: TrainingRunOut, 404: ErrorOut}, auth=auth)
+@router.post("/{run_id}/cancel", response={200: TrainingRunOut, 403: ErrorOut, 404: ErrorOut}, auth=auth)
 def cancel(request: HttpRequest, run_id: int):
+    """Cancel a run (its owner or staff)."""
     try:
-        return services.training_run_cancel(run_id=run_id)
+        return services.training_run_cancel(run_id=run_id, user=request.user)
     except TrainingRun.DoesNotExist:
         return Status(404, {"detail": f"no training run {run_id}"})
 

@@ -21,7 +21,7 @@ class TrainingRunConsumer(ResumeConsumer):
         return training_group(object_id)
 
     def read_state(self, object_id: int) -> dict[str, Any] | None:
-        return selectors.training_run_state(run_id=object_id)
+        return selectors.training_run_state(run_id=object_id, viewer=self.scope.get("user"))
 
     def read_after(self, object_id: int, after: int, limit: int) -> list[dict[str, Any]]:
         rows = selectors.training_metrics_after(run_id=object_id, after_step=after, limit=limit)

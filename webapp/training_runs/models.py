@@ -8,6 +8,7 @@ from django.db import models
 
 from webapp.arena.models import Submitter
 from webapp.core.models import Job
+from webapp.core.text import validate_name
 
 
 class TrainingRun(Job):
@@ -108,3 +109,38 @@ class TrainingCheckpoint(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.run_id} checkpoint @ step {self.step}"
+
+
+class RegisteredTaskSet(models.Model):
+    """A task set users may train on, by name; ``spec`` is where it is on the server, in the launch
+    syntax (``jsonl:/data/ops6k.jsonl``, ``suite:gelu,silu``, ``synthetic:8``). Staff manage these
+    (admin); only staff may give a spec directly."""
+
+    name = models.CharField(max_length=64, unique=True, validators=[validate_name])
+    spec = models.CharField(max_length=500)
+    description = models.TextField(blank=True)
+    enabled = models.BooleanField(default=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class RegisteredModel(models.Model):
+    """A base model users may train, by name; ``location`` is a server path, a hub name or a
+    ``tiny:<kind>[,key=value…]`` label. Staff manage these; only staff may give a location directly."""
+
+    name = models.CharField(max_length=64, unique=True, validators=[validate_name])
+    location = models.CharField(max_length=500)
+    description = models.TextField(blank=True)
+    enabled = models.BooleanField(default=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

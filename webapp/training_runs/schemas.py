@@ -7,19 +7,25 @@ from typing import Any
 
 from ninja import Field, Schema
 
+from webapp.core.permissions import visible_error
+from webapp.core.text import SafeJson, Text
+
 
 class TrainingLaunchIn(Schema):
     """Launch a run from a built-in recipe (``recipe``: a name of training/configs/*.json) or a full
     RunConfig (``config``), with optional ``base_model`` (``tiny:<kind>[,key=value…]`` or a path /
     hub name), ``task_set`` (``synthetic:N``, ``suite``, ``suite:a,b``, ``jsonl:PATH``) and
-    ``overrides`` (merged into the config key by key; lists such as ``stages`` are replaced)."""
+    ``overrides`` (merged into the config key by key; lists such as ``stages`` are replaced).
 
-    name: str = ""
-    recipe: str | None = None
-    config: dict[str, Any] | None = None
-    base_model: str = ""
-    task_set: str = ""
-    overrides: dict[str, Any] = Field(default_factory=dict)
+    Users who are not staff name a registered base model and task set (``GET /api/training/registry``);
+    staff may also give a path, a hub name or a task set spec."""
+
+    name: Text(128) = ""
+    recipe: Text(64) | None = None
+    config: SafeJson | None = None
+    base_model: Text(500) = ""
+    task_set: Text(500) = ""
+    overrides: SafeJson = Field(default_factory=dict)
 
 
 class TrainingLaunchOut(Schema):
@@ -52,10 +58,19 @@ class TrainingRunOut(Schema):
     resumed_from_step: int | None
     cancel_requested: bool
     attempts: int
-    error: str
+    error: str  # its owner sees it without server paths, staff all of it, anyone else ""
+    created_by: str | None
     created: datetime
     started: datetime | None
     finished: datetime | None
+
+    @staticmethod
+    def resolve_error(obj, context) -> str:
+        return visible_error(obj.error, user=context["request"].user, owner_id=obj.created_by_id)
+
+    @staticmethod
+    def resolve_created_by(obj) -> str | None:
+        return obj.created_by.get_username() if obj.created_by_id else None
 
 
 class TrainingRunDetailOut(TrainingRunOut):
@@ -128,3 +143,13 @@ class CheckpointLeaderboardOut(Schema):
     batch_id: int
     submitter: str
     rollouts: int
+
+
+class RegistryEntryOut(Schema):
+    name: str
+    description: str
+
+
+class RegistryOut(Schema):
+    task_sets: list[RegistryEntryOut]
+    models: list[RegistryEntryOut]

@@ -8,10 +8,10 @@ from typing import Any
 from django.db.models import Max, QuerySet
 from django.urls import reverse
 
+from webapp.core.permissions import visible_error
+
 from . import conf
 from .models import TrainingCheckpoint, TrainingMetric, TrainingRun, TrainingSample
-
-PAGE_SIZE_MAX = 100
 
 
 def training_recipe_names() -> list[str]:
@@ -101,23 +101,37 @@ def training_checkpoint_payload(checkpoint: TrainingCheckpoint) -> dict[str, Any
     }
 
 
-def training_run_state(*, run_id: int) -> dict[str, Any] | None:
+def training_run_state(*, run_id: int, viewer: Any = None) -> dict[str, Any] | None:
+    """The run's state for clients; its error as ``viewer`` may see it (owner: without server
+    paths; staff: all of it; anyone else: nothing)."""
     row = (
         TrainingRun.objects.filter(pk=run_id)
-        .values("id", "status", "step", "total_steps", "resumed_from_step", "error", "cancel_requested")
+        .values(
+            "id",
+            "status",
+            "step",
+            "total_steps",
+            "resumed_from_step",
+            "error",
+            "cancel_requested",
+            "created_by_id",
+        )
         .first()
     )
     if row is None:
         return None
+    row["error"] = visible_error(row["error"], user=viewer, owner_id=row.pop("created_by_id"))
     row["finished"] = row["status"] in TrainingRun.FINISHED
     row["last_sample_step"] = training_last_sample_step(run_id=run_id)
     row["checkpoints"] = [training_checkpoint_payload(c) for c in training_checkpoints(run_id=run_id)]
     return row
 
 
-def page_slice(qs: QuerySet, *, page: int, page_size: int) -> tuple[int, int, int, list]:
-    page_size = max(1, min(page_size, PAGE_SIZE_MAX))
-    page = max(1, page)
-    count = qs.count()
-    start = (page - 1) * page_size
-    return count, page, page_size, list(qs[start : start + page_size])
+def training_registry() -> dict[str, list[dict[str, str]]]:
+    """The registered task sets and base models users may name (never their server locations)."""
+    from .models import RegisteredModel, RegisteredTaskSet
+
+    def entries(model: type) -> list[dict[str, str]]:
+        return list(model.objects.filter(enabled=True).order_by("name").values("name", "description"))
+
+    return {"task_sets": entries(RegisteredTaskSet), "models": entries(RegisteredModel)}

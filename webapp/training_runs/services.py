@@ -15,15 +15,18 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
+from webapp.accounts.services import queue_cap_check, rate_limit_take
 from webapp.arena.models import Submitter
 from webapp.arena.services import InvalidInput, submitter_get_or_create
 from webapp.core.events import ring
 from webapp.core.models import ErrorKind
+from webapp.core.permissions import is_staff, manage_check
 from webapp.core.runner import (
     JobContext,
     JobKind,
@@ -35,7 +38,14 @@ from webapp.core.runner import (
 )
 
 from . import conf
-from .models import TrainingCheckpoint, TrainingMetric, TrainingRun, TrainingSample
+from .models import (
+    RegisteredModel,
+    RegisteredTaskSet,
+    TrainingCheckpoint,
+    TrainingMetric,
+    TrainingRun,
+    TrainingSample,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +67,8 @@ __all__ = [
 
 SOURCE_KINDS = ("suite", "jsonl", "variants_jsonl", "synthetic")
 TINY_KINDS = ("tiny_llama", "tiny_gpt2")
+# EvalRequest fields a non-staff config may set in evaluator.request (the rest are the server's).
+USER_EVALUATOR_REQUEST_KEYS = frozenset({"trials", "baselines"})
 
 
 def training_group(run_id: int) -> str:
@@ -136,22 +148,99 @@ def _task_set_label(sources: list[dict[str, Any]]) -> str:
     return " + ".join(parts)
 
 
+def _registered(model: type, label: str) -> str | None:
+    field = "spec" if model is RegisteredTaskSet else "location"
+    return model.objects.filter(name=label, enabled=True).values_list(field, flat=True).first()
+
+
+def _registry_names(model: type) -> str:
+    names = list(model.objects.filter(enabled=True).values_list("name", flat=True)[:50])
+    return ", ".join(names) if names else "none is registered yet; ask a staff user"
+
+
+def _path_free(model: type, label: str) -> bool:
+    """A label that reads no server file: ``synthetic:N``, ``suite[:names]``, ``tiny:<kind>…``."""
+    if model is RegisteredModel:
+        return label.startswith("tiny:")
+    return label.partition(":")[0].strip() in ("synthetic", "suite")
+
+
+def _resolve(model: type, label: str, *, trusted: bool, what: str) -> str:
+    """A registry name -> its server-side value. Anything else is used as is by staff; by other
+    users only when it reads no server file (synthetic tasks, our suite, a tiny model)."""
+    label = label.strip()
+    if not label:
+        return ""
+    found = _registered(model, label)
+    if found is not None:
+        return found
+    if trusted or _path_free(model, label):
+        return label
+    raise InvalidInput(f"{what} {label[:100]!r} is not registered; choose one of: {_registry_names(model)}")
+
+
+def _untrusted_config_check(run_config: Any) -> None:
+    """A non-staff config reads nothing from the server but what staff registered: data sources are
+    synthetic, our suite, or a registered task set's; a pretrained model is a registered one's."""
+    allowed_sources = []
+    for spec in RegisteredTaskSet.objects.filter(enabled=True).values_list("spec", flat=True):
+        try:
+            allowed_sources.extend(_sources_from_task_set(spec))
+        except InvalidInput:
+            continue  # a broken registry entry allows nothing
+    for src in [*run_config.data.sources, *run_config.data.eval_sources]:
+        if not isinstance(src, dict):
+            raise InvalidInput("invalid training config: every data source must be an object")
+        if src.get("kind") in ("synthetic", "suite") and not {"path"} & set(src):
+            continue
+        if src not in allowed_sources:
+            raise InvalidInput(
+                "a task set that reads server files must be a registered one; choose one of: "
+                f"{_registry_names(RegisteredTaskSet)}"
+            )
+    model = run_config.model
+    if model.kind == "pretrained":
+        allowed = set()
+        for location in RegisteredModel.objects.filter(enabled=True).values_list("location", flat=True):
+            try:
+                allowed.add(_model_from_label(location).get("name_or_path"))
+            except InvalidInput:
+                continue
+        if model.name_or_path not in allowed:
+            raise InvalidInput(
+                "a pretrained base model must be a registered one; choose one of: "
+                f"{_registry_names(RegisteredModel)}"
+            )
+    extra = sorted(set(run_config.evaluator.request) - USER_EVALUATOR_REQUEST_KEYS)
+    if extra:
+        raise InvalidInput(
+            f"evaluator.request may set only {sorted(USER_EVALUATOR_REQUEST_KEYS)}, not {extra}"
+        )
+
+
 def training_config_build(
     *,
     config: dict[str, Any],
     base_model: str = "",
     task_set: str = "",
     overrides: dict[str, Any] | None = None,
+    trusted: bool = True,
 ) -> Any:
     """The validated ``training.recipes.RunConfig`` of a launch: ``config`` (a RunConfig dict, e.g.
     one of training/configs/*.json) with the base model, the task set and the hyperparameter
-    overrides (merged key by key) applied. Anything wrong is an InvalidInput with the reason."""
+    overrides (merged key by key) applied. Anything wrong is an InvalidInput with the reason.
+
+    ``base_model`` and ``task_set`` may name registered entries (RegisteredModel,
+    RegisteredTaskSet). Not ``trusted`` (a non-staff user): registered names or labels that read no
+    server file, and the final config may read no server file that staff did not register."""
     from training.recipes import RunConfig
 
     if not isinstance(config, dict):
         raise InvalidInput("the training config must be a JSON object (a RunConfig)")
     if overrides is not None and not isinstance(overrides, dict):
         raise InvalidInput("hyperparameter overrides must be a JSON object")
+    base_model = _resolve(RegisteredModel, base_model, trusted=trusted, what="base model")
+    task_set = _resolve(RegisteredTaskSet, task_set, trusted=trusted, what="task set")
     data = _deep_merge(config, overrides or {})
     if base_model.strip():
         data["model"] = {**(data.get("model") or {}), **_model_from_label(base_model.strip())}
@@ -167,6 +256,8 @@ def training_config_build(
             raise InvalidInput(f"invalid training config: data.sources kinds must be one of {SOURCE_KINDS}")
     if run_config.total_steps < 1:
         raise InvalidInput("invalid training config: the stages have no steps")
+    if not trusted:
+        _untrusted_config_check(run_config)
     return run_config
 
 
@@ -185,13 +276,35 @@ def training_run_launch(
 ) -> TrainingRun:
     """Validate, create a queued run and enqueue its job after commit (Celery queue ``gpu``; in the
     embedded mode, the web process's background worker). A bad config raises InvalidInput and
-    nothing is written."""
+    nothing is written. A user (``created_by``) who is not staff may name only registered models
+    and task sets, within their limits (LimitExceeded)."""
+    user = created_by if getattr(created_by, "is_authenticated", False) else None
     run_config = training_config_build(
-        config=config, base_model=base_model, task_set=task_set, overrides=overrides
+        config=config,
+        base_model=base_model,
+        task_set=task_set,
+        overrides=overrides,
+        trusted=user is None or is_staff(user),
     )
     name = (name or "").strip() or run_config.name
     stored = run_config.to_dict()
     with transaction.atomic():
+        if user is not None:
+            queue_cap_check(
+                user=user,
+                count=lambda: TrainingRun.objects.filter(
+                    created_by=user, status__in=[TrainingRun.Status.QUEUED, TrainingRun.Status.RUNNING]
+                ).count(),
+                adding=1,
+                cap=django_settings.LIMIT_QUEUED_TRAINING_RUNS,
+                what="training runs",
+            )
+            rate_limit_take(
+                user=user,
+                action="training_launch",
+                limit=django_settings.LIMIT_TRAINING_LAUNCHES_PER_MINUTE,
+                what="training launches",
+            )
         run = TrainingRun.objects.create(
             name=name[:128],
             recipe=(recipe or "")[:64],
@@ -208,9 +321,13 @@ def training_run_launch(
     return run
 
 
-def training_run_cancel(*, run_id: int) -> TrainingRun:
+def training_run_cancel(*, run_id: int, user: Any = None) -> TrainingRun:
     """A queued run is cancelled at once; a running one stops before its next step (it checkpoints
-    first, so it can be resumed). A finished run is left as it is."""
+    first, so it can be resumed). A finished run is left as it is. ``user`` (a request's): its
+    owner or staff only (NotAllowed)."""
+    if user is not None:
+        owner_id = TrainingRun.objects.filter(pk=run_id).values_list("created_by_id", flat=True).get()
+        manage_check(user, owner_id, f"training run {run_id}")
     return job_cancel(TRAINING_RUN_JOB, run_id)
 
 
@@ -305,15 +422,17 @@ def training_samples_store(
 
 
 def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:60] or "run"
+    # short enough that "train<id>-<slug>@step<n>" stays a valid submitter name (64 characters)
+    return re.sub(r"\.\.+", ".", re.sub(r"[^A-Za-z0-9_.-]+", "-", text)).strip("-.")[:32] or "run"
 
 
 def training_checkpoint_store(*, run_id: int, info: dict[str, Any]) -> TrainingCheckpoint:
     """A checkpoint row, and a leaderboard Submitter (kind ``checkpoint``) for it."""
     step = int(info["step"])
     with transaction.atomic():
-        run = TrainingRun.objects.only("id", "name").get(pk=run_id)
+        run = TrainingRun.objects.only("id", "name", "created_by").get(pk=run_id)
         submitter = submitter_get_or_create(
+            created_by=run.created_by,
             name=f"train{run_id}-{_slug(run.name)}@step{step}",
             kind=Submitter.Kind.CHECKPOINT,
             metadata={

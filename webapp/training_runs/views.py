@@ -5,10 +5,14 @@ ever sets textContent). Launching is in the admin and the API."""
 from __future__ import annotations
 
 from django.contrib import messages
-from django.contrib.admin.views.decorators import staff_member_required
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
+
+from webapp.core.paging import page_slice
+from webapp.core.permissions import NotAllowed, can_manage, visible_error
 
 from . import conf, selectors, services
 from .models import TrainingRun
@@ -23,7 +27,7 @@ def _int_or_none(value: str | None) -> int | None:
 
 def run_list(request: HttpRequest) -> HttpResponse:
     status = request.GET.get("status") or None
-    count, page, page_size, runs = selectors.page_slice(
+    count, page, page_size, runs = page_slice(
         selectors.training_run_list(status=status),
         page=_int_or_none(request.GET.get("page")) or 1,
         page_size=100,
@@ -56,6 +60,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "training_runs/detail.html",
         {
             "run": run,
+            "run_error": visible_error(run.error, user=request.user, owner_id=run.created_by_id),
+            "can_cancel": can_manage(request.user, run.created_by_id),
             "metrics": metrics,
             "last_step": metrics[-1]["step"] if metrics else 0,
             "checkpoints": selectors.training_checkpoints(run_id=run.pk),
@@ -64,11 +70,13 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 @require_POST
-@staff_member_required
+@login_required
 def cancel(request: HttpRequest, run_id: int) -> HttpResponse:
     try:
-        services.training_run_cancel(run_id=run_id)
+        services.training_run_cancel(run_id=run_id, user=request.user)
     except TrainingRun.DoesNotExist as exc:
         raise Http404("no such training run") from exc
+    except NotAllowed as exc:
+        raise PermissionDenied(str(exc)) from exc
     messages.info(request, "Cancellation requested; the run checkpoints and stops before its next step.")
     return redirect("training_runs:detail", run_id=run_id)

@@ -1,5 +1,5 @@
 """The whole loop: flag -> verdicts -> confirmed hack -> rule -> publish re-checks stored kernels ->
-both hacks hidden from the leaderboard -> rewards relabelled -> regression cases need the rule."""
+both hacks hidden (failed hacks on the leaderboard) -> rewards relabelled -> regression cases need the rule."""
 
 from __future__ import annotations
 
@@ -115,9 +115,13 @@ def test_flag_verdicts_rule_publish_hide_relabel_regression(
     ) == [ev_a.kernel_id, ev_b.kernel_id]
     assert [c.kernel_id for c in selectors.case_queue(user=rita)] == [ev_b.kernel_id]
 
-    # and: both hacks are gone from the leaderboard selector, the honest kernel stays
+    # and: both hacks stay attempts on the leaderboard, failed and counted as hacks; the honest kernel passes
     entries = arena_selectors.leaderboard_entries(track="strict", hardware_id=hardware.pk)
-    assert [(e.submitter_name, e.kernel_id) for e in entries] == [("honest", ev_c.kernel_id)]
+    assert [(e.submitter_name, e.kernel_id, e.passed, e.hacked, e.confirmed_hack) for e in entries] == [
+        ("cheater", ev_a.kernel_id, False, True, True),
+        ("copycat", ev_b.kernel_id, False, True, True),
+        ("honest", ev_c.kernel_id, True, False, False),
+    ]
     assert list(arena_selectors.kernel_list(task_id=task.pk).values_list("id", flat=True)) == [ev_c.kernel_id]
     assert (selectors.relabelled_reward(ev_b), selectors.relabelled_reward(ev_c)) == (-1.0, 3.0)
     assert selectors.relabelled_rewards(evaluation_ids=[ev_a.pk, ev_b.pk, ev_c.pk]) == {

@@ -26,6 +26,23 @@ def llm_server():
 
 
 @pytest.fixture
+def make_endpoint():
+    """Register an LLM endpoint as staff would: ``make_endpoint(name=..., base_url=...)``."""
+    from webapp.rollouts.services import llm_endpoint_register
+
+    def make(
+        *,
+        name: str = "qwen",
+        base_url: str = "http://127.0.0.1:8000/v1",
+        model: str = "Qwen/Qwen3-8B",
+        api_key_env: str = "",
+    ):
+        return llm_endpoint_register(name=name, base_url=base_url, model=model, api_key_env=api_key_env)
+
+    return make
+
+
+@pytest.fixture
 def relu_add_task(make_task):
     return make_task(name="relu_add", suite="agent-tests", source=RELU_ADD_TASK, ops=["relu", "add"])
 
@@ -42,6 +59,7 @@ def make_rollout(make_task, make_submitter):
         status: str = "queued",
         max_turns: int = 3,
         base_url="http://127.0.0.1:9/v1",
+        endpoint=None,
         **fields,
     ) -> Rollout:
         task = task or make_task()
@@ -57,8 +75,9 @@ def make_rollout(make_task, make_submitter):
         return Rollout.objects.create(
             task=task,
             submitter=submitter or make_submitter(kind="agent"),
-            base_url=base_url,
-            model="scripted",
+            endpoint=endpoint,
+            base_url=endpoint.base_url if endpoint else base_url,
+            model=endpoint.model if endpoint else "scripted",
             settings={"config": config.to_dict(), "contrastive": False},
             status=status,
             **fields,

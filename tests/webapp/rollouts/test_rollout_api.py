@@ -1,4 +1,5 @@
-"""/api/rollouts/: launch (token auth), list, detail, paginated events, cancel; clear errors."""
+"""/api/rollouts/: launch (token auth, registered endpoints only), list, detail, paginated events,
+cancel; clear errors."""
 
 from __future__ import annotations
 
@@ -21,12 +22,21 @@ def _launch_body(task_id_, **overrides):
     body = {
         "task_id": task_id_,
         "submitter": "qwen-agent",
-        "base_url": "http://127.0.0.1:8000/v1",
-        "model": "Qwen/Qwen3-8B",
+        "endpoint": "qwen",
         "settings": {"max_turns": 7, "track": "open", "device": "cpu", "contrastive": True},
     }
     body.update(overrides)
     return body
+
+
+@pytest.fixture(autouse=True)
+def qwen_endpoint(make_endpoint):
+    return make_endpoint()
+
+
+def _detail(response) -> str:
+    """The error message(s): a string from the endpoint, a list from schema validation."""
+    return json.dumps(response.json()["detail"])
 
 
 def test_launch_queues_a_rollout_with_its_settings(client, api_token, make_task):
@@ -41,6 +51,7 @@ def test_launch_queues_a_rollout_with_its_settings(client, api_token, make_task)
     assert data["stream"] == [f"/ws/rollouts/{rollout.pk}/?after_seq=-1"]
     assert (rollout.status, rollout.task_id, rollout.submitter.name) == ("queued", task.pk, "qwen-agent")
     assert rollout.submitter.kind == "agent"
+    assert rollout.endpoint.name == "qwen"
     assert (rollout.base_url, rollout.model) == ("http://127.0.0.1:8000/v1", "Qwen/Qwen3-8B")
     config = rollout.settings["config"]
     assert (config["max_turns"], config["track"], config["device"], config["task_name"]) == (
@@ -89,10 +100,11 @@ def test_launch_a_whole_suite(client, api_token, make_task):
     ("change", "status", "detail"),
     [
         ({"task_id": 987654}, 404, "no task 987654"),
-        ({"base_url": "ftp://example.com/v1"}, 422, "base_url must be an http:// or https:// URL"),
-        ({"base_url": "not a url"}, 422, "base_url must be an http:// or https:// URL"),
-        ({"model": "  "}, 422, "model must name the model"),
-        ({"submitter": ""}, 422, "a submitter needs a name"),
+        ({"endpoint": "nope"}, 422, "no LLM endpoint 'nope'; choose one of: qwen"),
+        ({"endpoint": "http://169.254.169.254/v1"}, 422, "the name must start with a letter or digit"),
+        ({"base_url": "http://127.0.0.1:9/v1"}, 422, "Extra inputs are not permitted"),
+        ({"submitter": ""}, 422, "the name is empty"),
+        ({"submitter": "../../admin"}, 422, "the name must start with a letter or digit"),
         ({"settings": {"max_turns": 0}}, 422, "max_turns must be an integer from 1 to 1000"),
         ({"settings": {"track": "fast"}}, 422, "track must be one of strict, open"),
         ({"settings": {"api_key": "x"}}, 422, "unknown settings ['api_key']"),
@@ -107,7 +119,7 @@ def test_bad_launch_input_gives_a_clear_error(client, api_token, make_task, chan
     response = _post(client, "/api/rollouts/", _launch_body(task.pk, **change), api_token)
 
     assert response.status_code == status, response.content
-    assert detail in response.json()["detail"]
+    assert detail in _detail(response)
     assert Rollout.objects.count() == 0
 
 
@@ -132,11 +144,19 @@ def test_launch_and_cancel_need_a_token(client, make_task, make_rollout):
     assert Rollout.objects.count() == 1
 
 
-def test_the_api_key_goes_to_the_worker_and_never_to_the_database(
-    client, api_token, relu_add_task, llm_server, django_capture_on_commit_callbacks
+def test_the_api_key_comes_from_the_workers_environment_and_never_reaches_the_database(
+    client,
+    api_token,
+    relu_add_task,
+    llm_server,
+    make_endpoint,
+    monkeypatch,
+    django_capture_on_commit_callbacks,
 ):
     server = llm_server([reply("Let me think about it first.")])
-    body = _launch_body(relu_add_task.pk, base_url=server.url, api_key="sk-very-secret-123")
+    make_endpoint(name="scripted", base_url=server.url, model="scripted", api_key_env="KC_TEST_LLM_KEY")
+    monkeypatch.setenv("KC_TEST_LLM_KEY", "sk-very-secret-123")
+    body = _launch_body(relu_add_task.pk, endpoint="scripted")
     body["settings"] = {"max_turns": 1, "track": "open", "device": "cpu"}
 
     with django_capture_on_commit_callbacks(execute=True):  # the inline job runs the rollout
@@ -182,9 +202,10 @@ def test_list_detail_and_paginated_events(client, make_rollout, store_events):
     assert missing_events.status_code == 404
 
 
-def test_cancel_through_the_api(client, api_token, make_rollout):
-    queued = make_rollout()
-    done = make_rollout(status="succeeded")
+def test_cancel_through_the_api(client, api_token, make_rollout, django_user_model):
+    alice = django_user_model.objects.get(username="alice")
+    queued = make_rollout(created_by=alice)
+    done = make_rollout(status="succeeded", created_by=alice)
 
     response = _post(client, f"/api/rollouts/{queued.pk}/cancel", {}, api_token)
     again = _post(client, f"/api/rollouts/{done.pk}/cancel", {}, api_token)

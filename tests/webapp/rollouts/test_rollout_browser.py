@@ -12,6 +12,7 @@ from django.test import Client
 from rollout_helpers import GOOD_KERNEL, kernel_reply, reply
 
 from tests.webapp.live_asgi import live_asgi_server
+from webapp.rollouts import services
 from webapp.rollouts.models import Rollout, RolloutEvent
 
 pytestmark = [
@@ -40,6 +41,7 @@ def test_rollout_page_streams_events_while_the_rollout_runs(
             reply(kernel_reply(GOOD_KERNEL, note="Turn three: a kernel."), delay=1.5),
         ]
     )
+    services.llm_endpoint_register(name="scripted", base_url=server.url, model="scripted")
     user = django_user_model.objects.create_user(username="carol", password="x")
     client = Client()
     client.force_login(user)
@@ -53,8 +55,7 @@ def test_rollout_page_streams_events_while_the_rollout_runs(
     page.goto(f"{asgi_server}/rollouts/new/")
     page.select_option("select[name=task]", str(relu_add_task.pk))
     page.fill("input[name=submitter]", "browser-agent")
-    page.fill("input[name=base_url]", server.url)
-    page.fill("input[name=model]", "scripted")
+    page.select_option("select[name=endpoint]", "scripted")
     page.fill("input[name=max_turns]", "3")
     page.select_option("select[name=track]", "open")
     page.select_option("select[name=device]", "cpu")

@@ -39,11 +39,11 @@ def test_agent_worker_runs_a_rollout_and_streams_it_through_redis(agent_worker, 
     worker, log_path = agent_worker
     server = llm_server([reply(f"turn {i}", delay=0.5) for i in range(3)])
 
+    services.llm_endpoint_register(name="scripted", base_url=server.url, model="scripted")
     rollout = services.rollout_launch(
         task_id=relu_add_task.pk,
         submitter_name="celery-agent",
-        base_url=server.url,
-        model="scripted",
+        endpoint="scripted",
         settings={"max_turns": 3, "track": "open", "device": "cpu"},
     )
 

@@ -16,11 +16,11 @@ from webapp.rollouts.models import Rollout, RolloutEvent
 
 
 def _launch(task, server, *, max_turns=4, submitter="scripted-agent") -> Rollout:
+    services.llm_endpoint_register(name="scripted", base_url=server.url, model="scripted")
     return services.rollout_launch(
         task_id=task.pk,
         submitter_name=submitter,
-        base_url=server.url,
-        model="scripted",
+        endpoint="scripted",
         settings={"max_turns": max_turns, "track": "open", "device": "cpu"},
     )
 

@@ -35,6 +35,8 @@ def make_run():
         status: str = "running",
         total_steps: int = 5,
         text=lambda step, i: f"reply {i} at step {step}",
+        created_by=None,
+        error: str = "",
     ) -> TrainingRun:
         config = RunConfig.load(TINY)
         run = TrainingRun.objects.create(
@@ -46,6 +48,8 @@ def make_run():
             task_set="synthetic:4",
             status=status,
             total_steps=total_steps,
+            created_by=created_by,
+            error=error,
         )
         for step in range(1, steps + 1):
             store_step(run.pk, step, text)

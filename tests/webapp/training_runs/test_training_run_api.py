@@ -107,8 +107,8 @@ def test_list_detail_metrics_and_samples(client, make_run, django_assert_max_num
     assert missing.status_code == 404
 
 
-def test_cancel_through_the_api(client, make_run, api_token):
-    run = make_run(status="queued")
+def test_cancel_through_the_api(client, make_run, api_token, django_user_model):
+    run = make_run(status="queued", created_by=django_user_model.objects.get(username="alice"))
 
     response = client.post(f"/api/training/{run.pk}/cancel", **_auth(api_token))
 

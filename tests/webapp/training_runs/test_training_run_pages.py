@@ -118,22 +118,32 @@ def test_admin_cancel_action(staff_client, make_run):
     assert (running.status, running.cancel_requested) == ("running", True)  # stops before its next step
 
 
-def test_cancel_from_the_page_needs_staff(staff_client, make_run, django_user_model):
+def test_cancel_from_the_page_needs_the_owner_or_staff(staff_client, make_run, django_user_model):
     from django.test import Client
 
-    client = Client()  # not the staff one
-    run = make_run(status="running")
-    other = make_run(status="running")
+    owner = django_user_model.objects.create_user(username="owner", password="x")
     plain = django_user_model.objects.create_user(username="pleb", password="x")
+    client = Client()  # not the staff one
+    run = make_run(status="running", created_by=owner)
+    other = make_run(status="running", created_by=owner)
+    mine = make_run(status="running", created_by=owner)
 
     anonymous = client.post(f"/training/{run.pk}/cancel/")
     client.force_login(plain)
-    not_staff = client.post(f"/training/{run.pk}/cancel/")
+    not_owner = client.post(f"/training/{run.pk}/cancel/")
+    not_owner_page = client.get(f"/training/{run.pk}/")
     by_staff = staff_client.post(f"/training/{other.pk}/cancel/")
+    client.force_login(owner)
+    owner_page = client.get(f"/training/{mine.pk}/")
+    by_owner = client.post(f"/training/{mine.pk}/cancel/")
 
-    run.refresh_from_db()
-    other.refresh_from_db()
-    assert anonymous.status_code == not_staff.status_code == 302  # to the admin login
+    for row in (run, other, mine):
+        row.refresh_from_db()
+    assert anonymous.status_code == 302 and "/accounts/login/" in anonymous["Location"]
+    assert not_owner.status_code == 403
     assert run.cancel_requested is False
+    assert b'id="cancel-button"' not in not_owner_page.content
+    assert b'id="cancel-button"' in owner_page.content
     assert by_staff.status_code == 302 and by_staff["Location"] == f"/training/{other.pk}/"
     assert other.cancel_requested is True
+    assert by_owner.status_code == 302 and mine.cancel_requested is True

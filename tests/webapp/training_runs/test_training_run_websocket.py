@@ -120,3 +120,35 @@ def test_unknown_run_is_refused():
         return await communicator.connect()
 
     assert async_to_sync(scenario)() == (False, 4404)
+
+
+def test_the_streamed_state_shows_the_error_to_its_owner_only(make_run, django_user_model):
+    from django.test import Client
+
+    owner = django_user_model.objects.create_user(username="owner", password="x")
+    django_user_model.objects.create_user(username="other", password="x")
+    run = make_run(
+        status="failed",
+        created_by=owner,
+        error='  File "/srv/app/training/runner.py", line 3\nValueError: no',
+    )
+
+    def cookie(username: str | None) -> list[tuple[bytes, bytes]]:
+        if username is None:
+            return []
+        client = Client()
+        client.force_login(django_user_model.objects.get(username=username))
+        return [(b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())]
+
+    headers = {name: cookie(name) for name in ("owner", "other", None)}
+
+    async def end_state(extra):
+        communicator = WebsocketCommunicator(application, f"/ws/training/{run.pk}/", headers=extra)
+        await communicator.connect()
+        _, end = await _until_end(communicator)
+        await communicator.disconnect()
+        return end["state"]["error"]
+
+    seen = {name: async_to_sync(end_state)(extra) for name, extra in headers.items()}
+
+    assert seen == {"owner": '  File "…/runner.py", line 3\nValueError: no', "other": "", None: ""}

@@ -9,6 +9,8 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
+from webapp.arena import findings
+
 register = template.Library()
 _FORMATTER = HtmlFormatter(linenos="table", cssclass="highlight")
 
@@ -54,3 +56,20 @@ def query(params: dict, **changes) -> str:
         else:
             merged[key] = value
     return "?" + urlencode(merged) if merged else "?"
+
+
+@register.simple_tag
+def page_link(page, number) -> str:
+    """The query string of another page of a ``webapp.core.paging.Page`` (its other parameters kept)."""
+    return query(page.params, **{page.param: number})
+
+
+@register.filter
+def finding_kind(finding) -> str:
+    """hack, not_custom or review (see webapp.arena.findings)."""
+    return findings.finding_kind(finding) if isinstance(finding, dict) else findings.REVIEW
+
+
+@register.filter
+def finding_label(finding) -> str:
+    return findings.LABELS[finding_kind(finding)]
