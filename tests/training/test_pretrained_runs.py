@@ -168,3 +168,39 @@ def test_a_cancelled_lora_ppo_run_resumes_to_the_same_weights_and_exports(lora_p
     base = AutoModelForCausalLM.from_pretrained(cfg.model.name_or_path).state_dict()
     assert sorted(exported) == sorted(base)
     assert any(not torch.equal(exported[k], base[k]) for k in base)
+
+
+def test_a_fresh_critic_warm_up_replaces_the_shared_adapter_with_a_copy_of_the_actor(hf_model_dir, tmp_path):
+    # given: a LoRA run whose first critic came with a PPO stage, then a GRPO step moved the actor's adapter
+    from training.runner import _Run
+
+    cfg = tiny_cpu_grpo()
+    cfg.model = _pretrained(hf_model_dir, lora_rank=4, lora_alpha=8)
+    cfg.sampling = SamplingConfig(max_new_tokens=6, max_turns=1, max_context=256)
+    cfg.algo = AlgoConfig(group_size=4)
+    cfg.optim = OptimConfig(lr=1e-2, critic_lr=1e-2)
+    cfg.stages = [StageConfig(name="ppo", kind="ppo", steps=0), StageConfig(name="grpo", kind="grpo", steps=2),
+                  StageConfig(name="critic", kind="critic_warmup", steps=1)]
+    run = _Run(cfg, tmp_path, ListSink(), _letters(cfg), None)
+    run.enter_stage(0, cfg.stages[0], resumed_mid_stage=False)
+    first = run.trainer.critic
+    run.enter_stage(1, cfg.stages[1], resumed_mid_stage=False)
+    for _ in range(2):  # lora_B starts at 0: the second step moves lora_A too
+        run.run_step(cfg.stages[1])
+
+    # when: the warm-up stage begins
+    run.enter_stage(2, cfg.stages[2], resumed_mid_stage=False)
+
+    # then: one critic adapter on the policy, a fresh one equal to the actor's adapter as it stands now
+    critic = run.trainer.critic
+    assert critic is not first and critic.shared and not first.shared
+    assert sorted(run.policy.peft_config) == ["critic", "default"]
+    params = dict(run.policy.named_parameters())
+    pairs = [(n, n.replace(".critic.", ".default.")) for n in params if ".critic." in n]
+    assert pairs and all(torch.equal(params[c], params[d]) for c, d in pairs)
+    assert len(critic.adapter_weights) == len(pairs)
+    assert all(a is params[c] for a, (c, _) in zip(critic.adapter_weights, pairs))  # on the policy's modules
+    assert any("lora_B" in d and params[d].abs().sum() > 0 for _, d in pairs)  # the actor did move
+    optimised = run.trainer.critic_opt.params
+    assert len(optimised) == len(list(critic.parameters()))
+    assert all(a is b for a, b in zip(optimised, critic.parameters()))
