@@ -31,11 +31,10 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from training.evaluation import TurnOutcome  # noqa: E402
 from training.losses import token_logprobs  # noqa: E402
 from training.policy import ModelSpec, prepare_for_training, sequence_logprobs  # noqa: E402
 from training.recipes import AlgoConfig, OptimConfig  # noqa: E402
-from training.rollout import Rollout, Turn  # noqa: E402
+from training.rollout import Rollout, Turn, TurnOutcome  # noqa: E402
 from training.trainer import Trainer  # noqa: E402
 from training.value import CriticModel  # noqa: E402
 

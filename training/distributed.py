@@ -83,26 +83,21 @@ class _RolloutWorkerImpl:
         self.pool = pool
 
     def sync_weights(self, state_dict: dict[str, Any]) -> None:
-        self.model.load_state_dict(state_dict)
+        from training.policy import load_policy_state_dict
+
+        load_policy_state_dict(self.model, state_dict)
 
     def collect(self, tasks: list[dict[str, Any]], variants: dict[str, list[dict[str, Any]]]) -> list[Rollout]:
-        from training.evaluation import make_environment, make_evaluator_pool
+        from training.evaluation import collect_settings, make_environment, make_evaluator_pool
         from training.generation import PolicyBackend
-        from training.rollout import CollectSettings
 
         cfg, stage = self.config, self.stage
         if self.pool is None and cfg.evaluator.kind != "synthetic":
             self.pool = make_evaluator_pool(cfg.evaluator)
-        sampling, algo = cfg.stage_sampling(stage), cfg.stage_algo(stage)
         collector = RolloutCollector(
-            PolicyBackend(self.generator, self.tokenizer.eos_token_id), self.tokenizer,
-            make_environment(cfg, stage, self.tokenizer, self.pool),
-            settings=CollectSettings(group_size=algo.group_size, max_turns=sampling.max_turns,
-                                     max_new_tokens=sampling.max_new_tokens,
-                                     max_context=min(sampling.max_context, cfg.model.max_positions),
-                                     temperature=sampling.temperature, top_p=sampling.top_p,
-                                     max_rollout_tokens=sampling.max_rollout_tokens),
-            seed=cfg.seed)
+            PolicyBackend(self.generator, self.tokenizer.eos_token_id, batch_size=cfg.generation.batch_size),
+            self.tokenizer, make_environment(cfg, stage, self.tokenizer, self.pool),
+            settings=collect_settings(cfg, stage), seed=cfg.seed)
         return collector.collect([TrainingTask.from_dict(t) for t in tasks], _variants_for(variants))
 
 

@@ -177,7 +177,10 @@ class OpenAICompletionsBackend:
         if self.weights_dir is None:
             raise ServerError("sync_weights needs weights_dir: where the server can read the saved policy")
         path = (self.weights_dir / f"step_{step:06d}").resolve()
-        model.save_pretrained(path)
+        if hasattr(model, "peft_config"):  # the sampling adapter only, not a critic's sharing the base
+            model.save_pretrained(path, selected_adapters=[model.active_adapter])
+        else:
+            model.save_pretrained(path)
         if self.tokenizer is not None and hasattr(self.tokenizer, "save_pretrained"):
             self.tokenizer.save_pretrained(path)
         url = f"{self.server}{self.reload_path}"

@@ -279,8 +279,54 @@ def sequence_logprobs(
     return out_lp, out_ent
 
 
+def _other_adapters(model: nn.Module) -> list[str]:
+    """A peft model's adapters other than its active one (e.g. a critic's sharing the base); [] otherwise."""
+    config = getattr(model, "peft_config", None)
+    if not isinstance(config, Mapping):
+        return []
+    return [name for name in config if name != model.active_adapter]
+
+
+def _of_adapters(key: str, adapters: Sequence[str]) -> bool:
+    return any(f".{name}." in key for name in adapters)
+
+
+def policy_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The policy's own weights: its state dict without the adapters of others sharing its base (a
+    critic's), i.e. exactly the keys ``build_model`` of its spec has, wherever it is loaded."""
+    others = _other_adapters(model)
+    return {k: v for k, v in model.state_dict().items() if not _of_adapters(k, others)}
+
+
+def load_policy_state_dict(model: nn.Module, state: Mapping[str, torch.Tensor]) -> None:
+    """Load ``policy_state_dict`` output: every key of the policy must be there, the adapters of others
+    sharing its base are left as they are."""
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    others = _other_adapters(model)
+    missing = [k for k in missing if not _of_adapters(k, others)]
+    if missing or unexpected:
+        raise RuntimeError(f"policy state does not fit the model: missing {missing[:5]}, unexpected "
+                           f"{list(unexpected)[:5]}")
+
+
+class PolicyWeights:
+    """The policy's own weights as a ``state_dict`` / ``load_state_dict`` object (for checkpoints)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return policy_state_dict(self.model)
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        load_policy_state_dict(self.model, state)
+
+
 def frozen_copy(model: nn.Module) -> nn.Module:
+    """A frozen copy of the policy as it samples (a peft model keeps its active adapter only)."""
     ref = copy.deepcopy(model)
+    for name in _other_adapters(ref):
+        ref.delete_adapter(name)
     ref.eval()
     for p in ref.parameters():
         p.requires_grad_(False)

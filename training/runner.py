@@ -30,7 +30,7 @@ from training.data import (
     synthetic_tasks,
     variants_jsonl_tasks,
 )
-from training.evaluation import make_environment, make_evaluator_pool
+from training.evaluation import collect_settings, make_environment, make_evaluator_pool
 from training.exemplars import ExemplarStore
 from training.generation import GenerationBackend, OpenAICompletionsBackend, PolicyBackend
 from training.metrics import (
@@ -44,9 +44,17 @@ from training.metrics import (
     is_correct,
     rollout_metrics,
 )
-from training.policy import Generator, PolicyGenerator, build_model, build_tokenizer, frozen_copy
+from training.policy import (
+    Generator,
+    PolicyGenerator,
+    PolicyWeights,
+    build_model,
+    build_tokenizer,
+    frozen_copy,
+    policy_state_dict,
+)
 from training.recipes import RL_KINDS, RunConfig, StageConfig
-from training.rollout import CollectSettings, Rollout, RolloutCollector
+from training.rollout import Rollout, RolloutCollector
 from training.trainer import Trainer
 from training.value import CriticModel
 
@@ -148,18 +156,9 @@ class _Run:
         k = min(self.config.data.tasks_per_step, len(self.tasks))
         return rng.sample(self.tasks, k)
 
-    def collect_settings(self, stage: StageConfig) -> CollectSettings:
-        cfg = self.config
-        sampling = cfg.stage_sampling(stage)
-        return CollectSettings(group_size=cfg.stage_algo(stage).group_size, max_turns=sampling.max_turns,
-                               max_new_tokens=sampling.max_new_tokens,
-                               max_context=min(sampling.max_context, cfg.model.max_positions),
-                               temperature=sampling.temperature, top_p=sampling.top_p,
-                               max_rollout_tokens=sampling.max_rollout_tokens)
-
     def collector(self, stage: StageConfig) -> RolloutCollector:
         return RolloutCollector(self.backend, self.tokenizer, self.environment(stage),
-                                settings=self.collect_settings(stage), seed=self.config.seed + self.state.step)
+                                settings=collect_settings(self.config, stage), seed=self.config.seed + self.state.step)
 
     def ray_workers(self, stage: StageConfig) -> Any:
         """Ray rollout actors for this stage (placed once per stage, reused every step)."""
@@ -182,7 +181,7 @@ class _Run:
 
         if self.config.rollout_workers > 0:
             workers = self.ray_workers(stage)
-            workers.sync_weights(self.policy.state_dict())
+            workers.sync_weights(policy_state_dict(self.policy))
             rollouts = workers.collect(tasks, {t.name: [v.to_dict() for v in variants_for(t)] for t in tasks})
         else:
             rollouts = self.collector(stage).collect(tasks, variants_for)
@@ -228,16 +227,31 @@ class _Run:
             self.trainer.ref = ref
         fresh_critic = stage.kind == "critic_warmup" and not resumed_mid_stage
         if stage.kind in CRITIC_KINDS and (self.trainer.critic is None or fresh_critic):
-            # The critic starts as a copy of the policy as it stands: at a critic warm-up, the actor
-            # after the stages before it (CUDA Agent: the post-RFT actor), never the base model.
-            self.trainer.attach_critic(CriticModel(copy.deepcopy(self.policy)).to(cfg.device))
+            self.attach_fresh_critic()
             self.trainer.set_optim(cfg.stage_optim(stage))
         if stage.kind == "sft" and not resumed_mid_stage:
             self.remember_variants(self.tasks)
 
+    def attach_fresh_critic(self) -> None:
+        """The critic starts as the policy as it stands: at a critic warm-up, the actor after the stages
+        before it (CUDA Agent: the post-RFT actor), never the base model. A LoRA policy's critic shares
+        its base through a second adapter that starts as a copy of the policy's (one copy of the base
+        weights in memory); a fully trained policy's critic is a copy of its decoder."""
+        old = self.trainer.critic
+        if self.config.model.lora_rank > 0:
+            if old is not None:
+                old.release()  # its adapter leaves the policy; the fresh one takes its name
+            critic = CriticModel.sharing(self.policy)
+        else:
+            critic = CriticModel(copy.deepcopy(self.policy))
+        self.trainer.attach_critic(critic.to(self.config.device))
+
     def modules(self) -> dict[str, Any]:
         t = self.trainer
-        return {"policy": t.policy, "policy_opt": t.policy_opt, "critic": t.critic, "critic_opt": t.critic_opt}
+        # policy.pt holds the policy's own weights only (a shared critic's adapter is in critic.pt), so
+        # export and the Ray rollout actors load it into a freshly built model of the run's spec.
+        return {"policy": PolicyWeights(t.policy), "policy_opt": t.policy_opt, "critic": t.critic,
+                "critic_opt": t.critic_opt}
 
     def save(self) -> Path:
         path = ckpt.save_checkpoint(self.out_dir, state=self.state, config=self.config.to_dict(),
@@ -249,11 +263,11 @@ class _Run:
 
     def restore(self, path: Path) -> None:
         state, _ = ckpt.load_checkpoint(path)
-        ckpt.load_into(path, "policy", self.policy)
+        ckpt.load_into(path, "policy", PolicyWeights(self.policy))
         ckpt.load_into(path, "policy_opt", self.trainer.policy_opt)
         if (path / "critic.pt").exists():
             if self.trainer.critic is None:
-                self.trainer.attach_critic(CriticModel(copy.deepcopy(self.policy)).to(self.config.device))
+                self.attach_fresh_critic()  # its weights come from the checkpoint next
             ckpt.load_into(path, "critic", self.trainer.critic)
             ckpt.load_into(path, "critic_opt", self.trainer.critic_opt)
         ckpt.restore_rng(path)

@@ -392,15 +392,16 @@ class Trainer:
                     for micro in micros:
                         rows, w = micro.rows, micro.width
                         pick = [idx[r] for r in rows]
-                        values = self.critic.token_values(micro.batch.input_ids, micro.batch.attention_mask)
-                        mask = micro.batch.action_mask
-                        vloss = value_loss(values, old_values[pick, :w], returns[pick, :w], mask,
-                                           clip=algo.value_clip)
-                        # value_loss is a masked mean over the micro-batch: reweight it to the minibatch's
-                        vloss = vloss * mask.sum().clamp(min=1.0) / tokens
-                        total += float(vloss.detach())
-                        if vloss.requires_grad:
-                            vloss.backward()
+                        with self.critic.active():  # its forward and backward (recomputed layers) alike
+                            values = self.critic.token_values(micro.batch.input_ids, micro.batch.attention_mask)
+                            mask = micro.batch.action_mask
+                            vloss = value_loss(values, old_values[pick, :w], returns[pick, :w], mask,
+                                               clip=algo.value_clip)
+                            # value_loss is a masked mean over the micro-batch: reweight it to the minibatch's
+                            vloss = vloss * mask.sum().clamp(min=1.0) / tokens
+                            total += float(vloss.detach())
+                            if vloss.requires_grad:
+                                vloss.backward()
                     stats["value_loss"].append(total)
                     self._finish(self.critic_opt)
         return {k: (sum(v) / len(v) if v else None) for k, v in stats.items()}

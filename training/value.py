@@ -4,8 +4,9 @@ CUDA Agent trains a separate critic (initialised from the policy, then pre-train
 rollouts before agentic PPO). ``CriticModel(causal_lm)`` keeps only the decoder of the model it is given
 (the [B, T, V] logits are never computed, the head's weights are not kept) plus a ``ValueHead`` on the
 final hidden state. Under LoRA a copy of the policy trains only its adapters and the head;
-``CriticModel.sharing(policy)`` instead adds a second LoRA adapter to the policy's own base, so one
-copy of the base weights serves both (the policy's and the critic's updates touch disjoint weights).
+``CriticModel.sharing(policy)`` instead adds a second LoRA adapter, a copy of the policy's, to the policy's
+own base, so one copy of the base weights serves both (the policy's and the critic's updates touch
+disjoint weights).
 """
 
 from __future__ import annotations
@@ -55,34 +56,50 @@ class CriticModel(nn.Module):
 
     @classmethod
     def sharing(cls, policy: nn.Module, *, adapter: str = CRITIC_ADAPTER) -> CriticModel:
-        """A critic on the LoRA policy's own base weights with its own adapter (the policy's LoRA config):
-        its parameters and state dict are that adapter and the value head. The policy's adapter stays
-        the active one outside the critic's forward."""
+        """A critic on the LoRA policy's own base weights with its own adapter (the policy's LoRA config),
+        starting as a copy of the policy's adapter (a critic starts from the actor as it stands): its
+        parameters and state dict are that adapter and the value head. The policy's adapter stays the
+        active one outside ``active()``."""
         return cls(policy, share_adapter=adapter)
 
     @property
     def decoder(self) -> nn.Module:
         return self.backbone if self._shared is None else self._decoder
 
+    @property
+    def shared(self) -> bool:
+        return self._shared is not None
+
+    def release(self) -> None:
+        """Remove this critic's adapter from the policy it shares (before a fresh critic replaces it)."""
+        if self._shared is not None:
+            policy, adapter = self._shared
+            policy.delete_adapter(adapter)
+            self._shared = None
+
     @contextmanager
-    def _active(self) -> Iterator[None]:
+    def active(self) -> Iterator[None]:
+        """The critic's adapter as the shared base's active one. The forward and the backward pass of a
+        value loss must both run inside: gradient checkpointing recomputes each layer's forward in the
+        backward pass, and a layer recomputed with the policy's adapter would hand the critic the
+        policy's activations. Re-entrant; a no-op for a critic with its own decoder."""
         if self._shared is None:
             yield
             return
         policy, adapter = self._shared
-        previous = policy.active_adapter
         layers = _lora_layers(policy)
+        previous = [layer._active_adapter for layer in layers]
         # Switch the layers' active adapter without peft's set_adapter, which would also freeze the other.
         for layer in layers:
             layer._active_adapter = [adapter]
         try:
             yield
         finally:
-            for layer in layers:
-                layer._active_adapter = [previous]
+            for layer, was in zip(layers, previous):
+                layer._active_adapter = was
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        with self._active():
+        with self.active():
             out = self.decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
         hidden = out.last_hidden_state
         return self.value_head(hidden)
@@ -100,9 +117,14 @@ def _add_adapter(policy: Any, adapter: str) -> list[nn.Parameter]:
     active = policy.active_adapter
     policy.add_adapter(adapter, policy.peft_config[active])
     policy.base_model.set_adapter(active)  # the policy's adapter stays active and trainable
-    weights = [p for name, p in policy.named_parameters() if f".{adapter}." in name]
-    for p in weights:
-        p.requires_grad_(True)
+    own = dict(policy.named_parameters())
+    weights = []
+    with torch.no_grad():
+        for name, p in own.items():
+            if f".{adapter}." in name:
+                p.copy_(own[name.replace(f".{adapter}.", f".{active}.")])
+                p.requires_grad_(True)
+                weights.append(p)
     return weights
 
 

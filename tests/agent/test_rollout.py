@@ -182,7 +182,8 @@ def test_native_tool_calls_on_a_suite_task_strict_track_reject_library_compute_a
         ("submit", "passed"),
     ]
     evaluations = sink.of_kind("evaluation")
-    assert [r["rule"] for r in evaluations[0].evaluation["findings"]] == ["library_compute"]
+    # the dispatch trace of forward and the watch over every forward call each saw aten::silu
+    assert [r["rule"] for r in evaluations[0].evaluation["findings"]] == ["library_compute", "library_compute"]
     assert [e.data["cached"] for e in evaluations] == [False, False, True]
     observations = sink.of_kind("observation")
     assert [(o.role, o.tool_call["id"]) for o in observations] == [

@@ -12,6 +12,12 @@ from typing import Any
 import torch
 
 
+class _Server(ThreadingHTTPServer):
+    # A run sends every rollout's request at once (up to generation.concurrency); with http.server's
+    # listen backlog of 5 the kernel resets the connections past it while the handlers are busy.
+    request_queue_size = 128
+
+
 class CompletionsServer:
     """``ids_as``: "token_ids" (vLLM's ``return_token_ids``), "logprob_tokens" (``token_id:N``
     strings, vLLM's ``return_tokens_as_token_ids``) or "none" (a server that returns text only)."""
@@ -46,7 +52,7 @@ class CompletionsServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = _Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self._thread.start()

@@ -9,6 +9,7 @@ import torch
 
 from training.data import TrainingTask
 from training.metrics import ListSink
+from training.policy import causal_lm_parts
 from training.recipes import (
     BUILTIN_RECIPES,
     AlgoConfig,
@@ -93,10 +94,12 @@ def test_critic_warmup_starts_from_the_actor_after_the_stages_before_it(tmp_path
     # then: its critic is a fresh copy of the post-SFT actor, not the critic copied from the base model
     critic = run.trainer.critic
     assert critic is not base_critic
-    actor = dict(run.policy.named_parameters())
-    for name, p in critic.backbone.named_parameters():
+    actor = dict(causal_lm_parts(run.policy)[0].named_parameters())  # the critic keeps the decoder only
+    names = [n for n, _ in critic.decoder.named_parameters()]
+    assert names and sorted(names) == sorted(actor)
+    for name, p in critic.decoder.named_parameters():
         assert torch.equal(p, actor[name])
-    assert any(not torch.equal(p, actor[n]) for n, p in base_critic.backbone.named_parameters())
+    assert any(not torch.equal(p, actor[n]) for n, p in base_critic.decoder.named_parameters())
     assert cfg.stage_algo(cfg.stages[2]).lam == 1.0
 
 

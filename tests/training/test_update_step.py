@@ -6,10 +6,9 @@ import copy
 import pytest
 import torch
 
-from training.evaluation import TurnOutcome
 from training.policy import ModelSpec, build_model, build_tokenizer, sequence_logprobs
 from training.recipes import AlgoConfig, OptimConfig
-from training.rollout import Rollout, Turn
+from training.rollout import Rollout, Turn, TurnOutcome
 from training.trainer import MasterAdamW, Trainer, plan_micro_batches
 from training.value import CriticModel
 
@@ -269,6 +268,30 @@ def test_a_critic_sharing_the_lora_base_trains_its_own_adapter(hf_model_dir):
                                         positions=batch.action_mask)
     assert torch.equal(lp_before, lp_after)
     assert policy.active_adapter == "default"
+
+
+def test_a_shared_critic_under_gradient_checkpointing_gets_the_gradients_it_gets_without(hf_model_dir):
+    # given a LoRA policy and its shared critic, with and without recomputing layers in the backward pass
+    grads = []
+    for ckpt in (False, True):
+        spec = _spec(hf_model_dir, lora_rank=4, lora_alpha=8, gradient_checkpointing=ckpt)
+        tok = build_tokenizer(spec)
+        policy = build_model(spec, tok, seed=0)
+        critic = CriticModel.sharing(policy)
+        with torch.no_grad():  # a value head past its zero initialisation, adapters trained apart
+            critic.value_head.proj.weight.fill_(0.3)
+            for name, p in policy.named_parameters():
+                if "lora_B" in name:
+                    p.fill_(-0.02 if ".critic." in name else 0.01)
+        trainer = RecordingTrainer(policy, optim=OptimConfig(lr=1e-3, critic_lr=1e-3), pad_id=tok.pad_token_id,
+                                   critic=critic)
+        # when the critic alone takes a step
+        trainer.ppo_step(_rollouts(tok), AlgoConfig(), update_policy=False)
+        grads.append(trainer.grads[-1])
+    # then its adapter's gradients are the same: the recomputed layers ran with the critic's adapter too
+    assert len(grads[0]) == len(grads[1]) and all(g is not None for g in grads[0])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.gpu
