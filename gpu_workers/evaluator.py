@@ -761,7 +761,9 @@ def _evaluate_once(request: EvalRequest, settings: EvaluatorSettings) -> EvalRes
     try:
         sizing = taskbudget.task_sizing(request, hardware, profile)
         timeline.mark("sizing: kept" if sizing.get("kept") else "sizing: measured")
-        rotations = rotations_for(request.device)
+        # Input sets held at once: the timing's are made one at a time (isolation.JustInTime); only the
+        # kept sets' outputs stay whole, the rest are fingerprints.
+        rotations = len(kept_rotations(request.device)) + 1
         limits = taskbudget.memory_limits(request, sizing, rotations)
         announced = taskbudget.announced_bytes(request, sizing, rotations)
         budget["sizing"] = {k: sizing[k] for k in ("constants", "bytes", "error") if k in sizing}

@@ -203,7 +203,11 @@ class Child:
                 have += got
         return out
 
-    def recv(self, deadline: float, max_bytes: int = 8 << 30) -> dict[str, Any]:
+    def recv(self, deadline: float, max_bytes: int | None = None) -> dict[str, Any]:
+        """One message. Without ``max_bytes``, at most 8 GiB or the child's own memory limit, whichever
+        is larger: a message can hold no more than the child may (a GPU-sized task's outputs)."""
+        if max_bytes is None:
+            max_bytes = max(8 << 30, self.memory_limit_bytes or 0)
         try:
             head = self._take(wire.COUNTS.size, deadline)
             skeleton_len, count = wire.read_counts(head, max_bytes)

@@ -108,7 +108,6 @@ def test_the_zygote_imports_nothing_that_asks_cuda_for_its_devices_and_a_child_d
     assert out.stdout.split() == ["False", "True"]
 
 
-@pytest.mark.skipif(not zygote.enabled(), reason="KERNELCOURT_ZYGOTE=0")
 def test_a_child_that_kills_its_keeper_dies_and_its_daemon_with_it():
     # given a compile child whose module leaves a setsid daemon, prints its pid, then kills its keeper
     from gpu_workers.sandbox import keeper
