@@ -4,7 +4,6 @@ template's ids on transformers 4.x and 5.x, loading, generation and an update st
 import pytest
 import torch
 
-from training.evaluation import TurnOutcome
 from training.policy import (
     HFTokenizer,
     ModelSpec,
@@ -15,7 +14,7 @@ from training.policy import (
     chat_template_ids,
 )
 from training.recipes import AlgoConfig, OptimConfig
-from training.rollout import Rollout, Turn
+from training.rollout import Rollout, Turn, TurnOutcome
 from training.trainer import Trainer
 
 

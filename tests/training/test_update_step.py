@@ -6,10 +6,9 @@ import copy
 import pytest
 import torch
 
-from training.evaluation import TurnOutcome
 from training.policy import ModelSpec, build_model, build_tokenizer, sequence_logprobs
 from training.recipes import AlgoConfig, OptimConfig
-from training.rollout import Rollout, Turn
+from training.rollout import Rollout, Turn, TurnOutcome
 from training.trainer import MasterAdamW, Trainer, plan_micro_batches
 from training.value import CriticModel
 
