@@ -5,7 +5,7 @@ relative ones resolved):
 - gpu_workers/ never imports Django, the web app, the agent or training; agent/ and training/ never
   import Django or the web app;
 - what runs in an untrusted child (gpu_workers/child/ and everything it imports) stays on the child's
-  side of the border: never the pools (workers/), the pipeline (evaluator), the command line, or the
+  side of the border: never the pools (workers/), the pipeline (evaluator, pipeline/), the command line, or the
   parent's process and compile code.
 """
 
@@ -31,7 +31,7 @@ CHILD_MAY_IMPORT = {
     "gpu_workers.build.toolchain",
     "gpu_workers.tasks",
 }
-PARENT_ONLY = ("gpu_workers.workers", "gpu_workers.evaluator", "gpu_workers.cli")
+PARENT_ONLY = ("gpu_workers.workers", "gpu_workers.evaluator", "gpu_workers.pipeline", "gpu_workers.cli")
 WEB = ("django", "webapp", "channels", "ninja", "celery")
 
 

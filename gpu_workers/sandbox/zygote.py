@@ -43,6 +43,7 @@ _IMPORT_ENV = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CUDA_HOME", "CUDA_PATH
                "OPENBLAS_L2_SIZE", "LANG", "LC_ALL", "TZ")
 _MAX_MESSAGE = 1 << 20
 _START_TIMEOUT_S = 120.0
+_ADOPTED_WAIT_S = 5.0
 
 
 class ZygoteError(RuntimeError):
@@ -335,6 +336,45 @@ def _become_child(request: dict[str, Any], fds: list[int], parent: int) -> None:
             os._exit(code)
 
 
+def _reap(keepers: dict[int, int], ended: list[tuple[int, int]]) -> int:
+    """Reap every child of the zygote that has ended; a keeper's status (it exits once its child's
+    whole tree has ended) goes to ``ended`` as its child's. Returns how many were reaped."""
+    reaped = 0
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return reaped
+        if pid == 0:
+            return reaped
+        reaped += 1
+        if pid in keepers:
+            ended.append((keepers.pop(pid), _exit_code(status)))
+
+
+def _end_adopted(zygote_pid: int, keepers: dict[int, int], ended: list[tuple[int, int]]) -> None:
+    """Kill and reap every process the zygote adopted (the tree of a keeper that candidate code
+    killed), round after round: a killed process's own children are adopted here as it ends (a
+    daemon whose parent outlived the keeper) and are killed in the next round, so once this returns
+    none of that tree runs. A process that will not die (stuck in the kernel) ends the rounds after
+    ``_ADOPTED_WAIT_S``; the next pass of the loop tries again."""
+    deadline = time.monotonic() + _ADOPTED_WAIT_S
+    while True:
+        adopted = [pid for pid in keeper.children_of(zygote_pid) if pid not in keepers]
+        if not adopted:
+            return
+        for pid in adopted:
+            if keeper.running(pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        if not _reap(keepers, ended):
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.002)  # killed, not yet ended: it needs a CPU to exit
+
+
 def serve(fd: int) -> None:
     # Not dumpable: a child's native code cannot open /proc/<zygote>/mem or ptrace it to poison the
     # children forked after it (the zygote outlives every evaluation).
@@ -367,28 +407,9 @@ def serve(fd: int) -> None:
             except BlockingIOError:
                 pass
         ended: list[tuple[int, int]] = []
-        while True:  # reap every child that ended
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            if pid in keepers:  # a keeper exits once its child's whole tree has ended
-                ended.append((keepers.pop(pid), _exit_code(status)))
-        # Adopted: the tree of a keeper that candidate code killed (its child follows it). Killed
-        # before that child's status goes out, so nothing of it runs once the worker has it.
-        while adopted := [pid for pid in keeper.children_of(zygote_pid) if pid not in keepers]:
-            for pid in adopted:  # rounds: a killed process's own children are adopted in turn
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            for pid in adopted:  # gone, not only signalled, when the status goes out
-                try:
-                    os.waitpid(pid, 0)
-                except ChildProcessError:
-                    pass
+        _reap(keepers, ended)
+        # before any child's status goes out: nothing of a killed keeper's tree runs once the worker has it
+        _end_adopted(zygote_pid, keepers, ended)
         for child, status in ended:
             _send(sock, {"exit": child, "status": status})
         if sock not in ready:

@@ -63,7 +63,7 @@ def warm_up(device: str, gpu_index: int | None = None, references: int = 0,
     if outcome.ms is None:
         raise RuntimeError(f"the warm-up compile child failed:\n{outcome.log[-4000:]}")
     steps["compile_child"] = time.monotonic() - mark
-    if references > 0:  # the same environment an evaluation's reference child gets (evaluator._reference)
+    if references > 0:  # the same environment an evaluation's reference child gets (pipeline/reference.py)
         mark = time.monotonic()
 
         def prestart(pair: tuple[EvalRequest, dict[str, Any]]) -> int:

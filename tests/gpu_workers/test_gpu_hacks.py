@@ -77,7 +77,7 @@ def test_honest_cuda_kernel_has_no_findings_at_all(cuda_results):
 
 
 def test_the_candidates_context_is_made_and_ended_outside_the_gpu_slot(cuda_results):
-    # a timer waiting for the slot never waits for the driver making or ending a context (evaluator._warm_candidate)
+    # a timer waiting for the slot never waits for the driver making or ending a context (pipeline.candidate.warm_candidate)
     stretches = cuda_results["honest"].timing_stats["gpu_slot"]["stretches"]
     assert "candidate: warm" not in stretches and "candidate: exit" not in stretches, stretches
     assert {"candidate: imported", "candidate: trial", "candidate: done"} <= set(stretches), stretches

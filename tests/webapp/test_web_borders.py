@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 WEBAPP = ROOT / "webapp"
 # what running an evaluation or a job takes; a read needs none of it
 EVALUATION_ENTRY_POINTS = {"evaluate", "EvalRequest", "shared_ray_pool", "evaluation_run", "job_run", "job_enqueue"}
-EVALUATION_MODULES = ("gpu_workers.evaluator", "gpu_workers.workers.pool", "webapp.core.jobs", "webapp.core.runner")
+EVALUATION_MODULES = ("gpu_workers.evaluator", "gpu_workers.pipeline", "gpu_workers.workers.pool", "webapp.core.jobs", "webapp.core.runner")
 APPS = ("webapp.accounts", "webapp.arena", "webapp.review", "webapp.rollouts", "webapp.training_runs")
 
 

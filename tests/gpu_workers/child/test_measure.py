@@ -219,7 +219,7 @@ def test_a_timing_can_be_held_to_some_cpus_and_gets_its_own_back():
 
 
 def test_timings_move_to_the_gpus_node_only_when_asked_and_only_where_there_is_another(monkeypatch):
-    from gpu_workers.evaluator import timing_options
+    from gpu_workers.pipeline.plan import timing_options
     from gpu_workers.settings import EvaluatorSettings
 
     mine = sorted(os.sched_getaffinity(0))

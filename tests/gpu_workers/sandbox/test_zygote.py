@@ -109,7 +109,8 @@ def test_the_zygote_imports_nothing_that_asks_cuda_for_its_devices_and_a_child_d
 
 
 def test_a_child_that_kills_its_keeper_dies_and_its_daemon_with_it():
-    # given a compile child whose module leaves a setsid daemon, prints its pid, then kills its keeper
+    # given a compile child forked from the zygote (the subreaper that adopts what a dead keeper leaves),
+    # whose module leaves a setsid daemon, prints its pid, then kills its keeper
     from gpu_workers.sandbox import keeper
 
     source = (
@@ -128,6 +129,7 @@ def test_a_child_that_kills_its_keeper_dies_and_its_daemon_with_it():
     )
     child = sandbox.spawn("compile")
     with child:
+        assert isinstance(child.proc, zygote.ForkedProcess)
         child.send({"kernel_source": source, "env": {}, "spare": False})
         with pytest.raises(sandbox.ChildError):
             child.recv(time.monotonic() + 120)

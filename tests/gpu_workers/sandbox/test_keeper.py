@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gpu_workers.sandbox import keeper
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 # Leaves a daemon (fork, setsid, fork), prints its pid, waits for its input to close, then exits 3
 # (or, with an argument, kills itself with that signal).

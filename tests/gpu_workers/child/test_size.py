@@ -14,7 +14,7 @@ from gpu_workers.child.size import (
 )
 from gpu_workers.tasks import load_task_module
 
-KERNELBENCH = Path(__file__).resolve().parents[2] / ".." / "shared" / "kernelbench"
+KERNELBENCH = Path(__file__).resolve().parents[3] / ".." / "shared" / "kernelbench"
 
 
 def _kb(name: str) -> str:

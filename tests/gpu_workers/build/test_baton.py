@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gpu_workers.build.baton import LiveBaton
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 # Takes the batons it is given, says so, holds them until its input closes (or it is killed), then
 # releases them.

@@ -1,0 +1,60 @@
+"""What the evaluation asks of the reference child and the candidate child alike: how many weight
+configurations and input sets, which timed outputs travel whole, the timing's options, and the device
+as a child names it. Both children must agree on these, so they are written once."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..schema import EvalRequest
+from ..settings import EvaluatorSettings
+
+INIT_CONFIGS = 2  # weight configurations, each from its own seed: the last correctness trial runs under the second
+CUDA_FRESH = 120  # CUDA: input sets of the timing's main iterations, each timed once (no repeats)
+E2E_ROTATIONS = 40  # CUDA: input sets only the timing's end-to-end iterations see (timing.time_callable)
+CUDA_WHOLE = 3  # CUDA: of each kind, the first this many input sets' outputs are kept whole; all are fingerprinted
+
+
+def rotations_for(device: str) -> int:
+    """Input sets the timing cycles through, each made from its own secret seed when the timing
+    reaches it and never before, and every one of its outputs checked (a fingerprint against the
+    reference's for the same set; whole where ``kept_rotations`` says). Every timed iteration gets a
+    set it has never seen: nothing to cache, and no later call's input exists for an earlier call
+    to compute ahead (super-batching). On CUDA the main iterations have ``CUDA_FRESH`` sets, the
+    end-to-end iterations ``E2E_ROTATIONS`` of their own."""
+    return CUDA_FRESH + E2E_ROTATIONS if device == "cuda" else 24
+
+
+def kept_rotations(device: str) -> list[int]:
+    """The input sets whose timed outputs travel whole to the parent (GPU-sized outputs are too
+    large to keep for every set: the rest are checked by fingerprint)."""
+    if device != "cuda":
+        return list(range(rotations_for(device)))
+    return list(range(CUDA_WHOLE)) + list(range(CUDA_FRESH, CUDA_FRESH + min(CUDA_WHOLE, E2E_ROTATIONS)))
+
+
+def max_timed_iterations(device: str) -> int:
+    return CUDA_FRESH if device == "cuda" else rotations_for(device)
+
+
+def timing_options(hardware: dict[str, Any], settings: EvaluatorSettings) -> dict[str, Any]:
+    """The operator's timing settings, handed to every child that times (reference and candidate):
+    ``settle_within`` (how precisely a timing's median must be known, relative, at 95%, before it
+    stops early; looser holds each GPU alone for less time, the budget caps it either way) and
+    ``cpus``: with ``timing_cpus="gpu-local"`` the timing thread runs on the CPUs of the GPU's own NUMA
+    node while it times (where the machine has more than one node; default: anywhere). A CUDA timing
+    always spins on the GPU (timinghost.SpinWaits)."""
+    options: dict[str, Any] = {"settle_within": settings.settle_within, "spin_waits": True,
+                               "e2e_rotations": E2E_ROTATIONS}
+    if settings.timing_cpus == "gpu-local":
+        mine = os.sched_getaffinity(0)
+        local = set((hardware.get("gpu") or {}).get("local_cpus") or ()) & mine
+        if local and local != mine:
+            options["cpus"] = sorted(local)
+    return options
+
+
+def device_string(request: EvalRequest) -> str:
+    # The child sees only the GPU it was given, as device 0.
+    return "cuda:0" if request.device == "cuda" else "cpu"
