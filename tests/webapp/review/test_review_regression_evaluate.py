@@ -28,4 +28,4 @@ def test_full_regression_run_evaluates_what_static_rules_miss(
     # then: no static rule rejects it; the evaluator's fresh-values timing check does
     assert static_only.not_rejected == [kernel.pk]
     assert full.not_rejected == []
-    assert [(c.track, c.by) for c in full.cases] == [("open", ["timed_output_mismatch"])]
+    assert [(c.track, c.by) for c in full.cases] == [("open", ["timed_fingerprint_mismatch", "timed_output_mismatch"])]

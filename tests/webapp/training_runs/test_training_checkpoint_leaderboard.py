@@ -149,10 +149,12 @@ def test_the_admin_action_queues_the_checkpoint_on_the_default_suite(checkpointe
 
 @pytest.mark.django_db
 def test_users_cannot_point_a_rollout_at_a_local_directory(make_task):
+    # given a registered endpoint whose URL is a local directory: refused when staff register it
+    with pytest.raises(rollout_services.InvalidInput, match="base_url"):
+        rollout_services.llm_endpoint_register(name="sneaky", base_url="local:/etc", model="x")
+    # and users name endpoints only, never a URL or a directory
     task = make_task(suite="ckpt-suite")
-    with pytest.raises(rollout_services.InvalidInput, match="base_url must be an http:// or https:// URL"):
-        rollout_services.rollout_launch(task_id=task.pk, submitter_name="mallory", base_url="local:/etc",
-                                        model="x")
-    with pytest.raises(rollout_services.InvalidInput, match="base_url must be an http:// or https:// URL"):
-        rollout_services.rollout_launch_suite(suite="ckpt-suite", submitter_name="mallory",
-                                              base_url="local:/etc", model="x")
+    with pytest.raises(rollout_services.InvalidInput, match="no LLM endpoint 'local:/etc'"):
+        rollout_services.rollout_launch(task_id=task.pk, submitter_name="mallory", endpoint="local:/etc")
+    with pytest.raises(rollout_services.InvalidInput, match="no LLM endpoint 'local:/etc'"):
+        rollout_services.rollout_launch_suite(suite="ckpt-suite", submitter_name="mallory", endpoint="local:/etc")
