@@ -5,7 +5,8 @@
 #
 # Steps (each time-boxed by NAME_S seconds, each writing NAME.log under $OUT as it goes, so a call cut off
 # at its limit still brings back what it finished):
-#   tests       every gpu-marked test (pytest -m gpu), results also as $OUT/junit.xml
+#   tests       every gpu-marked test (pytest -m gpu; one line per test, each bounded by TEST_TIMEOUT_S), results
+#               also as $OUT/junit.xml; TESTS=tests/gpu_workers tests/training tests/agent on a node without the web extras
 #   sweep       KernelBench identity sweep (bench/kernelbench_sweep.py; KERNELBENCH: the task folder, carried into the
 #               checkout since ../shared does not travel): resumable; its JSONL is $OUT/sweep.jsonl,
 #               seeded from SWEEP_RESUME (a JSONL from an earlier call) so a long sweep spans several calls
@@ -35,7 +36,7 @@ step() {  # step NAME SECONDS COMMAND...: run, keep the log, print its tail
 for s in ${STEPS:-tests sweep}; do
   case "$s" in
     tests)
-      step tests "${TESTS_S:-300}" python3 -m pytest -p no:cacheprovider -q -m gpu -rfEs --junitxml "$OUT/junit.xml" \
+      step tests "${TESTS_S:-300}" python3 -m pytest -p no:cacheprovider -v --tb=short --timeout "${TEST_TIMEOUT_S:-150}" -m gpu -rfEs --junitxml "$OUT/junit.xml" \
         ${TESTS:-tests} ;;
     sweep)
       [ -n "${SWEEP_RESUME:-}" ] && [ -f "$SWEEP_RESUME" ] && cp "$SWEEP_RESUME" "$OUT/sweep.jsonl"
