@@ -64,21 +64,35 @@ def test_wall_time_the_child_spent_waiting_for_a_cpu_is_not_held_against_its_tim
 
 
 def test_the_scheduler_counts_waiting_for_a_cpu_and_not_sleeping():
-    spin = "import time\nend = time.monotonic() + 0.6\nwhile time.monotonic() < end: pass\n"
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.6)"])
+    # given two spinners sharing one CPU and a process blocked on a read, each past its start-up (which
+    # may wait for a CPU on a busy host: only what happens after each says "ready" is measured)
+    spin = ("import sys, time\nprint('ready', flush=True)\nend = time.monotonic() + 0.6\n"
+            "while time.monotonic() < end: pass\nprint('done', flush=True)\nsys.stdin.read()\n")
     cpu = min(os.sched_getaffinity(0))
-    busy = [subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", spin]) for _ in range(2)]
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
+    busy = [subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", spin], **pipes) for _ in range(2)]
+    sleeper = subprocess.Popen([sys.executable, "-c", "import sys; print('ready', flush=True); sys.stdin.read()"],
+                               **pipes)
     try:
-        time.sleep(0.4)  # both spinners share one CPU: each waits for it about half the time
+        for p in busy + [sleeper]:
+            assert p.stdout.readline().strip() == "ready"
+        slept_before = sandbox.run_delay_seconds(sleeper.pid)
+        waited_before = [sandbox.run_delay_seconds(p.pid) for p in busy]
+        # when both have spun for 0.6 s (told by their own "done", not by a clock here)
+        for p in busy:
+            assert p.stdout.readline().strip() == "done"
         waited = [sandbox.run_delay_seconds(p.pid) for p in busy]
         slept = sandbox.run_delay_seconds(sleeper.pid)
     finally:
         for p in busy + [sleeper]:
+            p.stdin.close()
             p.wait()
-    if slept is None:
+    if slept is None or slept_before is None:
         pytest.skip("no /proc schedstat on this kernel")
-    assert all(w is not None and w > 0.05 for w in waited), waited
-    assert slept < 0.05
+    # then each spinner waited for its CPU, and the blocked process did not
+    assert all(w is not None and w0 is not None and w - w0 > 0.05 for w, w0 in zip(waited, waited_before)), (
+        waited_before, waited)
+    assert slept - slept_before < 0.05
 
 
 SLOW_TASK = '''
