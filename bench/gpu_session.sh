@@ -36,7 +36,7 @@ step() {  # step NAME SECONDS COMMAND...: run, keep the log, print its tail
 for s in ${STEPS:-tests sweep}; do
   case "$s" in
     tests)
-      step tests "${TESTS_S:-300}" python3 -m pytest -p no:cacheprovider -v --tb=short --timeout "${TEST_TIMEOUT_S:-150}" -m gpu -rfEs --junitxml "$OUT/junit.xml" \
+      step tests "${TESTS_S:-300}" python3 -m pytest -p no:cacheprovider -p bench.instafail -v --tb=short --timeout "${TEST_TIMEOUT_S:-150}" -m gpu -rfEs --junitxml "$OUT/junit.xml" \
         ${TESTS:-tests} ;;
     sweep)
       [ -n "${SWEEP_RESUME:-}" ] && [ -f "$SWEEP_RESUME" ] && cp "$SWEEP_RESUME" "$OUT/sweep.jsonl"

@@ -218,13 +218,26 @@ class ForwardWatch:
 
 
 def forward_activity(profiler: Any, label: str) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
-    """(ops, kernels, kernels on other streams) that started inside the ranges named ``label``: CPU
-    events from any thread by start time; device kernels by the host call that launched them
-    (CUPTI's correlation id). The third: forward kernels on a stream none of the judge's own device
-    work (copies, reads, fingerprints, all on the timer's stream) ran on."""
-    events = list(profiler.profiler.kineto_results.events())
+    """(ops, kernels, kernels on other streams) that started inside the ranges named ``label``
+    (``attribute`` over the profiler's events)."""
+    return attribute(list(profiler.profiler.kineto_results.events()), label)
+
+
+def attribute(events: list[Any], label: str) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    """(ops, kernels, kernels on other streams) that started inside the ranges named ``label``.
+
+    Kineto's events carry two id spaces: a host-side event of the framework (an operator, a range)
+    has its own id (``correlation_id``) and no link; a device kernel and the runtime call that
+    launched it share CUPTI's correlation id, and both link (``linked_correlation_id``) to the
+    innermost framework event open on the launching thread. So: the framework events that started
+    inside a forward range (any thread, by start time, the ranges themselves included) give the
+    forward's ids, and a kernel is the forward's when it links to one of them. A kernel linked to
+    nothing (launched from a thread with no framework event open, as a native thread of the
+    candidate's would) is the forward's when its runtime call started inside a range. The third
+    result: forward kernels on a stream none of the judge's own device work (copies, reads,
+    fingerprints, all on the timer's stream) ran on."""
     ranges = sorted((e.start_ns(), e.start_ns() + e.duration_ns()) for e in events
-                    if e.name() == label and _on_cpu(e))
+                    if e.name() == label and _on_cpu(e) and not _linked(e))
 
     def inside(t: int) -> bool:
         lo, hi = 0, len(ranges)
@@ -237,25 +250,30 @@ def forward_activity(profiler: Any, label: str) -> tuple[dict[str, int], dict[st
         return lo > 0 and t <= ranges[lo - 1][1]
 
     ops: dict[str, int] = {}
-    kernels: dict[str, int] = {}
-    launched_inside: set[int] = set()
+    forward_ids: set[int] = set()  # framework events inside a range (their own ids)
+    launched_inside: set[int] = set()  # runtime calls inside a range (CUPTI's ids)
     device_events = []
     for e in events:
-        if _on_cpu(e):
-            if e.name() == label or not inside(e.start_ns()):
-                continue
-            ops[e.name()] = ops.get(e.name(), 0) + 1
-            correlation = _correlation(e)
-            if correlation:
-                launched_inside.add(correlation)
-        else:
+        if not _on_cpu(e):
             device_events.append(e)
+            continue
+        if not inside(e.start_ns()):
+            continue
+        if _linked(e):  # a runtime call (cudaLaunchKernel, ...)
+            launched_inside.add(_own_id(e))
+            continue
+        forward_ids.add(_own_id(e))
+        if e.name() != label:
+            ops[e.name()] = ops.get(e.name(), 0) + 1
+    kernels: dict[str, int] = {}
     judge_streams: set[int] = set()
     forward_streams: list[tuple[str, int]] = []
     for e in device_events:
-        correlation = _correlation(e)
-        stream = _stream(e)
-        if correlation and correlation in launched_inside:
+        if e.name() == label or _is_annotation(e):
+            continue  # the range's own device-side span
+        link, stream = _linked(e), _stream(e)
+        mine = link in forward_ids if link else _own_id(e) in launched_inside
+        if mine:
             kernels[e.name()] = kernels.get(e.name(), 0) + 1
             forward_streams.append((e.name(), stream))
         elif stream >= 0:
@@ -279,14 +297,27 @@ def _on_cpu(event: Any) -> bool:
     return str(event.device_type()).endswith("CPU")
 
 
-def _correlation(event: Any) -> int:
-    for attr in ("correlation_id", "linked_correlation_id"):
-        getter: Callable[[], int] | None = getattr(event, attr, None)
-        if getter is not None:
-            try:
-                value = int(getter())
-            except (TypeError, ValueError):
-                continue
-            if value:
-                return value
-    return 0
+def _id(event: Any, attr: str) -> int:
+    getter: Callable[[], int] | None = getattr(event, attr, None)
+    if getter is None:
+        return 0
+    try:
+        return int(getter())
+    except (TypeError, ValueError):
+        return 0
+
+
+def _own_id(event: Any) -> int:
+    return _id(event, "correlation_id")
+
+
+def _linked(event: Any) -> int:
+    return _id(event, "linked_correlation_id")
+
+
+def _is_annotation(event: Any) -> bool:
+    getter = getattr(event, "is_user_annotation", None)
+    try:
+        return bool(getter()) if getter is not None else False
+    except (TypeError, ValueError):
+        return False
