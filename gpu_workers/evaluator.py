@@ -18,7 +18,7 @@ from .build.compile import PhaseFailure, build_context, compile_candidate
 from .hardware import hardware_info
 from .pipeline.accounting import CpuUse, Timeline, progress
 from .pipeline.candidate import Forged, run_candidate, spawn_candidate, warm_candidate
-from .pipeline.plan import kept_rotations
+from .pipeline.plan import compares_on_device, kept_rotations
 from .pipeline.reference import run_reference
 from .pipeline.verdict import finish, judge_evidence
 from .reward import resolve_reward_config
@@ -84,18 +84,20 @@ def _evaluate_once(request: EvalRequest, settings: EvaluatorSettings) -> EvalRes
     cpu = CpuUse()
     own_cpu = time.thread_time()
     candidate_child: sandbox.Child | None = None
+    reference: dict[str, Any] = {}
     budget: dict[str, Any] = {}
     admission = ExitStack()
     try:
         sizing = taskbudget.task_sizing(request, hardware, profile)
         timeline.mark("sizing: kept" if sizing.get("kept") else "sizing: measured")
-        # Input sets held at once: the timing's are made one at a time (isolation.JustInTime); only the
-        # kept sets' outputs stay whole, the rest are fingerprints.
-        rotations = len(kept_rotations(request.device)) + 1
-        limits = taskbudget.memory_limits(request, sizing, rotations)
-        announced = taskbudget.announced_bytes(request, sizing, rotations)
+        # Input sets are made one at a time (isolation.JustInTime); of the timed outputs only the kept
+        # sets' stay whole, the rest are fingerprints; GPU-sized outputs stay on the device.
+        on_device = compares_on_device(request, sizing, settings)
+        kept = len(kept_rotations(request.device, on_device))
+        limits = taskbudget.memory_limits(request, sizing, kept, on_device)
+        announced = taskbudget.announced_bytes(request, sizing, kept, hardware, on_device)
         budget["sizing"] = {k: sizing[k] for k in ("constants", "bytes", "error") if k in sizing}
-        budget["memory"] = {"limits_mb": limits, "announced": announced, "admitted": False}
+        budget["memory"] = {"limits_mb": limits, "announced": announced, "admitted": False, "on_device": on_device}
         budget["memory"].update(admission.enter_context(taskbudget.admitted(request, hardware, announced["total"])))
         timeline.mark("gpu memory: admitted" if budget["memory"]["admitted"] else "gpu memory: not counted")
         build = build_context(request, hardware)
@@ -104,7 +106,7 @@ def _evaluate_once(request: EvalRequest, settings: EvaluatorSettings) -> EvalRes
         # context overlap.
         with ThreadPoolExecutor(max_workers=3, thread_name_prefix="ka-phase") as phases:
             reference_job = phases.submit(run_reference, request, hardware, profile, sizing, limits, slot, timeline,
-                                          cpu, settings)
+                                          cpu, settings, announced["fp64"])
             warm_job = (phases.submit(warm_candidate, request, hardware, candidate_child, slot, timeline)
                         if request.device == "cuda" else None)
             try:
@@ -136,6 +138,8 @@ def _evaluate_once(request: EvalRequest, settings: EvaluatorSettings) -> EvalRes
     finally:
         if candidate_child is not None:
             candidate_child.close(wait_s=0)  # unused when an earlier phase ended the evaluation
+        if reference.get("checker") is not None:  # the reference child kept to compare on the device
+            reference.pop("checker").close()
         admission.close()  # the GPU memory it announced is free for the next evaluation
     judged_from = time.thread_time()
     cpu.add("parent", judged_from - own_cpu)

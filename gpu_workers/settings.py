@@ -43,6 +43,7 @@ class EvaluatorSettings:
     split: bool = True
     pch: bool = True
     gpu_hold_floor_s: float = 120.0
+    device_compare_bytes: int = 256 << 20
 
     def __post_init__(self) -> None:
         checks = {
@@ -56,6 +57,7 @@ class EvaluatorSettings:
             "settle_within": 0.0 <= self.settle_within <= 0.5,
             "cache_dir": bool(self.cache_dir),
             "gpu_hold_floor_s": self.gpu_hold_floor_s >= 0.1,
+            "device_compare_bytes": self.device_compare_bytes >= 0,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:

@@ -19,7 +19,7 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
 
     from ..build import inline
     from ..tasks import exec_source, load_task_module
-    from . import measure, timing
+    from . import handover, measure, timing
     from .guard import install as install_guard
     from .isolation import (
         Fingerprint,
@@ -72,23 +72,34 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
     task = load_task_module(setup["task_source"], setup.get("profile"))
     apply_constants(task, setup.get("constants"))
     seeds = setup["seeds"]
-    trial_inputs = [make_inputs(task, seed, device) for _, seed in seeds["trials"]]
-    # The timing's inputs are made one at a time as the timing reaches them (isolation.JustInTime):
-    # none of them exists while the candidate imports or runs before its turn. The task module stays
+    # Every input set is made from its seed as the judge reaches it (isolation.JustInTime): none exists
+    # while the candidate imports or runs before its turn, and at most one set is held at a time. One
+    # made after candidate code exists is made by the trusted task's own code; a candidate that
+    # tampered with that making is answering other inputs than the reference's. The task module stays
     # in this closure only (not in sys.modules).
+    trial_inputs = JustInTime(lambda seed: make_inputs(task, seed, device), [seed for _, seed in seeds["trials"]])
     rotation_inputs = JustInTime(lambda seed: make_inputs(task, seed, device), seeds["rotations"])
-    after_inputs = make_inputs(task, seeds["after"], device)
+    after_inputs = JustInTime(lambda seed: make_inputs(task, seed, device), [seeds["after"]])
     sys.modules.pop("kernelcourt_task", None)
     measure.synchronize(device)
     send.pause("prepared")
     held: list[list[Any]] = []
+    held_bytes = [0]
+    hold_limit = int(setup.get("hold_bytes", 1 << 30))
 
     def fresh(values: list[Any]) -> list[Any]:
-        """A private copy for one use, kept alive to the end: no two uses share an address, so a
-        cache keyed on data pointers sees every input as new (and is caught by the timing checks)."""
+        """A private copy for one use, kept alive after it (up to ``hold_bytes`` of them, the oldest
+        let go first): no two uses close together share an address, so a cache keyed on data
+        pointers sees every input as new (and is caught by the timing checks); GPU-sized sets are not
+        held (a stale answer from a pointer-keyed cache is still a wrong answer to new values)."""
         with judge_ops():
             copy = fresh_copy(values, device)
+        size = sum(v.numel() * v.element_size() for v in copy if type(v) is torch.Tensor)
         held.append(copy)
+        held_bytes[0] += size
+        while len(held) > 1 and held_bytes[0] > hold_limit:
+            first = held.pop(0)
+            held_bytes[0] -= sum(v.numel() * v.element_size() for v in first if type(v) is torch.Tensor)
         return copy
 
     inline.install()  # the same sources as the compile phase built: the build is found, not redone
@@ -164,6 +175,9 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
     patched |= set(measure.patched_attributes()) | set(operators.changed())
     send.pause("ready", patched=sorted(patched))
 
+    on_device = bool(setup.get("compare_on_device"))
+    handed: list[Any] = []  # the judge's clones of the last call's outputs, alive until the parent's go
+
     def guarded(model, inputs: list[Any], trace: bool) -> dict[str, Any]:
         with judge_ops():  # the judge's own work: every candidate mode, subclass handler and hook off
             poisoner.poison()
@@ -199,7 +213,11 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
             measure.synchronize(device)
             later = measure.snapshot(leaves)
             changed = not measure.same_values(later, first)
-            outputs = measure.to_cpu(first)
+            if on_device:  # compared by the reference child where they are (handover)
+                handed[:] = [first]
+                outputs = handover.export(first)
+            else:
+                outputs = measure.to_cpu(first)
         return {
             "outputs": outputs,
             "kinds": kinds,
@@ -218,6 +236,8 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
         except BaseException as exc:  # noqa: BLE001
             send("error", where=f"trial {index}", build_error=False, error=describe(exc))
             return
+        if index == 0 and on_device:
+            first_answer = list(handed[0])  # the determinism check's: trial 1 again after timing
         send.pause("trial", index=index, **observed)  # guarded() synchronised the device
     patched |= set(measure.patched_attributes())
 
@@ -252,13 +272,18 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
 
     # 5. after timing: a fresh input, then trial 0 again (determinism, poisoned in between)
     try:
-        after = guarded(model, fresh(after_inputs), False)
+        after = guarded(model, fresh(after_inputs[0]), False)
+        after_outputs = list(handed)
         again = guarded(models[setup["trials"][0]["config"]], fresh(trial_inputs[0]), False)
+        if on_device:
+            with judge_ops():
+                again["against"] = handover.export(first_answer)
     except BaseException as exc:  # noqa: BLE001
         send("error", where="after timing", build_error=False, error=describe(exc))
         return
     patched |= set(measure.patched_attributes()) | set(operators.changed())
     send.pause("after", after=after, again=again)  # guarded() synchronised the device
+    del after_outputs
     with guard.exempt():  # the profiler's records and the process's maps: no candidate state
         watched_report = watch.stop()
         mapped_after = executable_mappings()

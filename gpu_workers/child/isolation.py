@@ -248,9 +248,13 @@ class Fingerprint:
         out: list[list[float] | None] = []
         for leaf in leaves:
             if type(leaf) is torch.Tensor and leaf.is_floating_point() and leaf.numel():
-                tol = _tensor_add(_tensor_mul(_tensor_abs(_tensor_to(_tensor_reshape(leaf, -1), torch.float64)),
-                                              rtol), atol)
-                out.append([SIGMAS * math.sqrt(float(_torch_dot(tol, tol)))] * PROJECTIONS)
+                flat = _tensor_reshape(leaf, -1)
+                square = 0.0
+                for start in range(0, flat.numel(), Fingerprint.CHUNK):  # float64 a chunk at a time
+                    tol = _tensor_add(_tensor_mul(_tensor_abs(_tensor_to(flat[start:start + Fingerprint.CHUNK],
+                                                                         torch.float64)), rtol), atol)
+                    square += float(_torch_dot(tol, tol))
+                out.append([SIGMAS * math.sqrt(square)] * PROJECTIONS)
             else:
                 out.append(None)
         return out

@@ -29,9 +29,9 @@ _ROLES = {"compile": role_compile, "reference": role_reference, "candidate": rol
 # Imported while the child waits for its setup (a spare, or a child started early), not after it
 # arrives (no candidate code runs before).
 PRELOAD = {"compile": ("build.inline", "tasks"),
-           "reference": ("child.measure", "child.timing", "tasks", "child.size", "child.perturb"),
+           "reference": ("child.measure", "child.timing", "tasks", "child.size", "child.perturb", "child.handover"),
            "candidate": ("child.measure", "child.timing", "tasks", "child.guard", "build.inline", "child.size",
-                         "child.perturb"),
+                         "child.perturb", "child.handover"),
            "size": ("tasks", "child.size")}
 # Imported by the child itself, never by the zygote: torch.utils.cpp_extension (which the candidate's
 # load_inline and our fast build need, ~0.1-0.2 s of CPU) asks CUDA for its devices at import

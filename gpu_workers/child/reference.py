@@ -4,6 +4,7 @@ FLOP and byte counts, and the baselines' timings."""
 from __future__ import annotations
 
 import gc
+import math
 import sys
 from typing import Any
 
@@ -51,31 +52,44 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
 
     fingerprint = Fingerprint(int(setup.get("fingerprint_seed", 0)))
     atol, rtol = float(setup.get("atol", 1e-2)), float(setup.get("rtol", 1e-2))
+    # GPU-sized outputs stay on the device: the candidate's are compared here, against outputs made
+    # again from the same seeds (``serve_comparisons``), and nothing of them travels to the parent.
+    on_device = bool(setup.get("compare_on_device"))
+    sizes: dict[str, int] = {}
 
     def run(config: int, inputs: list[Any], wide: bool = True, whole: bool = True) -> dict[str, Any]:
         with torch.no_grad():
-            on_device = fresh_copy(inputs, device)
-            leaves = measure.flatten(models[config](*on_device))
-            prints = {"fingerprint": fingerprint.of(leaves), "bounds": Fingerprint.bounds(leaves, atol, rtol)}
-            out = measure.to_cpu(leaves) if whole else None
+            copied = fresh_copy(inputs, device)
+            leaves = measure.flatten(models[config](*copied))
+            prints = {"fingerprint": fingerprint.of(leaves), "bounds": Fingerprint.bounds(leaves, atol, rtol),
+                      "spread": output_spread(leaves) if wide else None}
+            if not sizes:
+                sizes["inputs"] = _bytes(inputs)
+                sizes["outputs"] = _bytes(leaves)
+            out = measure.to_cpu(leaves) if whole and not on_device else None
             del leaves
-            out64: list[Any] | None = None
-            if models64 and wide and whole:
-                try:
-                    wide = [v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-                            for v in on_device]
-                    out64 = measure.to_cpu(measure.flatten(models64[config](*wide)))
-                except Exception:  # noqa: BLE001 - some ops have no float64 kernel
-                    out64 = None
+            out64 = wide_outputs(config, copied) if wide and whole and not on_device else None
         return {"config": config, "outputs": out, "outputs64": out64, **prints}
 
-    trial_inputs = [make_inputs(task, seed, device) for _, seed in seeds["trials"]]
+    def wide_outputs(config: int, copied: list[Any], keep_on_device: bool = False) -> list[Any] | None:
+        if not models64:
+            return None
+        try:
+            wide = [v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in copied]
+            leaves = measure.flatten(models64[config](*wide))
+            return leaves if keep_on_device else measure.to_cpu(leaves)
+        except Exception:  # noqa: BLE001 - some ops have no float64 kernel
+            return None
+
+    # Every input set is made from its seed when it is needed and dropped after (isolation.JustInTime):
+    # at most one set exists at a time, whatever the task's size.
+    trial_inputs = JustInTime(lambda seed: make_inputs(task, seed, device), [seed for _, seed in seeds["trials"]])
     trials = []
-    for (config, _), inputs in zip(seeds["trials"], trial_inputs):
-        trials.append(run(config, inputs))
+    for index, (config, _) in enumerate(seeds["trials"]):
+        trials.append(run(config, trial_inputs[index]))
         send.pause("checkpoint", step="trial")  # run() ends with a copy to the CPU: nothing left queued
     # Timing inputs are checked against the fp32 reference (float64 is needed for the trials only):
-    # whole where the candidate keeps them whole, by fingerprint everywhere. Made one at a time.
+    # whole where the candidate keeps them whole, by fingerprint everywhere.
     rotation_inputs = JustInTime(lambda seed: make_inputs(task, seed, device), seeds["rotations"])
     whole = set(setup.get("keep_rotations", range(len(rotation_inputs))))
     rotations = [run(0, rotation_inputs[r], wide=False, whole=r in whole) for r in range(len(rotation_inputs))]
@@ -94,16 +108,15 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
             flops = int(counter.get_total_flops())
         except Exception:  # noqa: BLE001
             flops = None
-    nbytes = sum(v.numel() * v.element_size() for v in trial_inputs[0] if isinstance(v, torch.Tensor))
-    nbytes += sum(v.numel() * v.element_size() for v in state_dicts[0].values())
-    nbytes += sum(v.numel() * v.element_size() for v in trials[0]["outputs"] if isinstance(v, torch.Tensor))
+    nbytes = sizes["inputs"] + sizes["outputs"] + _bytes(list(state_dicts[0].values()))
     measure.synchronize(device)
     send.pause("checkpoint", step="outputs")  # a timing already waiting goes before the large message below
 
     # The parent lets the GPU go while this large message travels, and takes it back (shared) before
     # its go: the baselines' work and the end's cache release are GPU work.
     send.pause("reference", init_inputs=init_inputs, state_dicts=state_dicts, trials=trials,
-               rotations=rotations, after=after, flops=flops, bytes=int(nbytes), fp64_error=fp64_error)
+               rotations=rotations, after=after, flops=flops, bytes=int(nbytes), fp64_error=fp64_error,
+               output_bytes=sizes["outputs"], on_device=on_device)
 
     # Baselines, each announced so the parent can hold its own wall clock against the report.
     for name in setup.get("baselines", []):
@@ -123,6 +136,94 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
             send.pause("timing_end", baseline=name, stats=stats)  # the next baseline's work waits for shared
         except Exception as exc:  # noqa: BLE001 - a baseline that cannot run is reported, not fatal
             send("baseline_failed", baseline=name, error=short_traceback(exc, 2000))
+    if on_device:
+        send("checking")
+        serve_comparisons(send, device, models, run_inputs={
+            "trial": lambda i: (seeds["trials"][i][0], trial_inputs[i]),
+            "after": lambda _i: (0, make_inputs(task, seeds["after"], device))},
+            wide_outputs=wide_outputs, atol=atol, rtol=rtol)
+
+
+def _bytes(values: list[Any]) -> int:
+    import torch
+
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+
+
+def output_spread(leaves: list[Any]) -> list[list[float] | None]:
+    """(standard deviation, mean absolute value) of each floating output, in float64 a chunk at a
+    time (Chan's merge of per-chunk moments: a near-constant output keeps its small deviation, which
+    a difference of sums would lose): the degenerate-task check's evidence, the same whether the
+    outputs travel or stay on the device."""
+    import torch
+
+    out: list[list[float] | None] = []
+    for leaf in leaves:
+        if type(leaf) is not torch.Tensor or not leaf.is_floating_point() or leaf.numel() < 2:
+            out.append(None)
+            continue
+        flat = leaf.detach().reshape(-1)
+        chunk = 1 << 24 if flat.is_cuda else 1 << 20
+        count, mean, m2, absolute = 0, 0.0, 0.0, 0.0
+        for start in range(0, flat.numel(), chunk):
+            part = flat[start:start + chunk].double()
+            n = part.numel()
+            part_mean = float(part.mean())
+            part_m2 = float((part - part_mean).square_().sum())
+            absolute += float(part.abs().sum())
+            delta = part_mean - mean
+            total = count + n
+            mean += delta * n / total
+            m2 += part_m2 + delta * delta * count * n / total
+            count = total
+        out.append([math.sqrt(m2 / (count - 1)), absolute / count])
+    return out
+
+
+def serve_comparisons(send: Sender, device, models: list[Any], run_inputs: dict[str, Any], wide_outputs: Any,
+                      atol: float, rtol: float) -> None:
+    """Compare what the candidate's judge hands over on the device (``handover``) with this task's
+    outputs for the same input set, made again from its seed, until the parent says finish. Each
+    request: ``{"compare": "trial" | "after" | "again", "index": i, "outputs": [...], "against": [...]}``
+    ("again": the candidate's rerun of trial 1 against its own first answer, at the determinism
+    tolerances the request names). Answers ``compared`` with the comparison's fields."""
+    import torch
+
+    from ..judge import compare_outputs
+    from . import handover, measure
+
+    while True:
+        request = send.receive()
+        if type(request) is not dict or request.get("finish"):
+            return
+        kind, index = request.get("compare"), request.get("index")
+        try:
+            if kind not in ("trial", "after", "again") or type(index) is not int or \
+                    (kind == "trial" and not 0 <= index < 1024):
+                raise handover.HandoverError(f"no such comparison: {kind!r} {index!r}")
+            candidate = handover.open_outputs(request.get("outputs"), device)
+            with torch.no_grad():
+                if kind == "again":
+                    expected, expected64 = handover.open_outputs(request.get("against"), device), None
+                    tolerances = (float(request["atol"]), float(request["rtol"]))
+                else:
+                    config, inputs = run_inputs[kind](index)
+                    copied = fresh_copy(inputs, device)
+                    expected = measure.flatten(models[config](*copied))
+                    expected64 = wide_outputs(config, copied, keep_on_device=True) if kind == "trial" else None
+                    del copied, inputs
+                    tolerances = (atol, rtol)
+                result = compare_outputs(candidate, expected, expected64, *tolerances)
+            answer = {"ok": result.ok, "reason": result.reason, "max_abs": result.max_abs,
+                      "rel_norm": result.rel_norm, "ref_rel_norm": result.ref_rel_norm}
+        except handover.HandoverError as exc:
+            answer = {"ok": False, "reason": str(exc), "max_abs": 0.0, "rel_norm": 0.0, "ref_rel_norm": 0.0}
+        candidate = expected = expected64 = None  # the mappings close before the candidate may go on
+        measure.synchronize(device)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.ipc_collect()
+        send("compared", kind=kind, index=index, **answer)
 
 
 def role_reference(setup: dict[str, Any], send: Sender) -> None:

@@ -7,7 +7,7 @@ import os
 import traceback
 from typing import Any
 
-from ..sandbox.wire import write_message
+from ..sandbox.wire import read_message, write_message
 
 
 def short_traceback(exc: BaseException, limit: int = 6000) -> str:
@@ -40,11 +40,17 @@ class Sender:
         self._save = torch.save
         self._write = write_message
         self._read = os.read
+        self._read_message = read_message
         self.seq = 0
 
     def __call__(self, phase: str, **payload: Any) -> None:
         self.seq += 1
         self._write(self._fd, {"phase": phase, "seq": self.seq, **payload}, self._key, self._save)
+
+    def receive(self) -> Any:
+        """The parent's next message on the private channel (a request of the trusted reference's
+        comparison loop; never read by a candidate's judge)."""
+        return self._read_message(self._in_fd)
 
     def _wait_go(self, why: str) -> None:
         if self._in_fd < 0 or self._read(self._in_fd, 1) != b"g":

@@ -100,10 +100,9 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
                   rule_set: dict[str, Any], compile_deferred: bool, slot: SlotUse, hardware: dict[str, Any],
                   timeline: Timeline, cpu: CpuUse, settings: EvaluatorSettings) -> tuple[judge.Evidence, str]:
     """Run the candidate child and collect its observations in strict protocol order."""
-    import torch
-
-    out_bytes = sum(t.numel() * t.element_size() for t in reference["trials"][0]["outputs"]
-                    if isinstance(t, torch.Tensor))
+    out_bytes = int(reference.get("output_bytes") or 0)
+    checker = reference.get("checker")  # outputs compared on the device (pipeline/reference.Checker)
+    determinism = (float(rule_set["thresholds"]["determinism_atol"]), float(rule_set["thresholds"]["determinism_rtol"]))
     setup = {
         "kernel_source": request.kernel_source,
         "device": device_string(request),
@@ -124,7 +123,8 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
         "watch": rule_set["dynamic"].get("library_compute", {}).get("enabled", False),
         "allowed_ops": list(rule_set["allowed_ops"]),
         "fingerprint_seed": reference["seeds"]["fingerprint"],
-        "keep_rotations": kept_rotations(request.device),
+        "keep_rotations": kept_rotations(request.device, checker is not None),
+        "compare_on_device": checker is not None,
         "poison_bytes": 2 * out_bytes,
     }
     max_bytes = 64 * (out_bytes + (1 << 20)) * (request.trials + rotations_for(request.device) + 4)
@@ -198,6 +198,9 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
                     if message.get("index") != len(evidence.trials):
                         raise Forged(make_finding(rule_set, "forged_result", "trial messages out of order"),
                                       child.log_tail())
+                    # only the parent says what was checked on the device (whatever the child wrote there)
+                    message["checked"] = (checker.compare("trial", len(evidence.trials), message.pop("outputs", None))
+                                          if checker is not None else None)
                     evidence.trials.append(message)
                 elif phase == "want_gpu":
                     deadline += grant_alone(gpu, child, timeline, "candidate")
@@ -214,6 +217,14 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
                 elif phase == "after":
                     evidence.after = message["after"]
                     evidence.again = message["again"]
+                    if type(evidence.after) is not dict or type(evidence.again) is not dict:
+                        raise Forged(make_finding(rule_set, "forged_result", "malformed after-timing message"),
+                                     child.log_tail())
+                    evidence.after["checked"] = evidence.again["checked"] = None
+                    if checker is not None:
+                        evidence.after["checked"] = checker.compare("after", 0, evidence.after.pop("outputs", None))
+                        evidence.again["checked"] = checker.compare("again", 0, evidence.again.pop("outputs", None),
+                                                                    evidence.again.pop("against", None), determinism)
                 elif phase == "done":
                     gpu.release("candidate: done")  # its GPU work is over: only its exit is left
                     evidence.patched.extend(message.get("patched", []))

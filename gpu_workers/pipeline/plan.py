@@ -26,9 +26,21 @@ def rotations_for(device: str) -> int:
     return CUDA_FRESH + E2E_ROTATIONS if device == "cuda" else 24
 
 
-def kept_rotations(device: str) -> list[int]:
+def compares_on_device(request: EvalRequest, sizing: dict[str, Any], settings: EvaluatorSettings) -> bool:
+    """Whether the candidate's outputs are compared by the reference child where they are (on a GPU
+    through CUDA IPC, child/handover.py; on the CPU handed over by value) rather than sent to the
+    parent: for outputs larger than the operator's ``device_compare_bytes`` (a task not measured on
+    the meta device is not)."""
+    output_bytes = int((sizing.get("bytes") or {}).get("output_bytes", -1))
+    return output_bytes >= 0 and output_bytes > settings.device_compare_bytes
+
+
+def kept_rotations(device: str, on_device: bool = False) -> list[int]:
     """The input sets whose timed outputs travel whole to the parent (GPU-sized outputs are too
-    large to keep for every set: the rest are checked by fingerprint)."""
+    large to keep for every set: the rest are checked by fingerprint; where outputs are compared on
+    the device, none travels)."""
+    if on_device:
+        return []
     if device != "cuda":
         return list(range(rotations_for(device)))
     return list(range(CUDA_WHOLE)) + list(range(CUDA_FRESH, CUDA_FRESH + min(CUDA_WHOLE, E2E_ROTATIONS)))

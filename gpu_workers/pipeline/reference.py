@@ -20,6 +20,7 @@ from ..tasks import facts as taskfacts
 from .accounting import CpuUse, TimedSpan, Timeline
 from .plan import (
     INIT_CONFIGS,
+    compares_on_device,
     device_string,
     kept_rotations,
     max_timed_iterations,
@@ -46,8 +47,9 @@ def grant_alone(gpu: GpuSlot, child: sandbox.Child, timeline: Timeline, role: st
 
 def run_reference(request: EvalRequest, hardware: dict[str, Any], profile: str | None, sizing: dict[str, Any],
                   limits: dict[str, int], slot: SlotUse, timeline: Timeline, cpu: CpuUse,
-                  settings: EvaluatorSettings) -> dict[str, Any]:
-    """Inputs, reference outputs and baseline timings from the trusted reference child."""
+                  settings: EvaluatorSettings, fp64: bool = True) -> dict[str, Any]:
+    """Inputs, reference outputs and baseline timings from the trusted reference child (its outputs
+    in float64 too, unless ``fp64`` is off: a task too large for that beside its candidate)."""
     own_cpu = time.thread_time()
     seeds = {
         "init": [secrets.randbits(62) for _ in range(INIT_CONFIGS)],
@@ -72,15 +74,18 @@ def run_reference(request: EvalRequest, hardware: dict[str, Any], profile: str |
              "seeds": seeds, "baselines": wanted, "count_flops": flops_cached is None,
              "timing_budget_s": request.timing_budget_s, "max_iters": max_timed_iterations(request.device),
              **timing_options(hardware, settings), "threads": threads_for(request),
-             "fingerprint_seed": seeds["fingerprint"], "keep_rotations": kept_rotations(request.device),
-             "atol": request.atol, "rtol": request.rtol}
+             "fingerprint_seed": seeds["fingerprint"], "atol": request.atol, "rtol": request.rtol}
+    on_device = compares_on_device(request, sizing, settings)
+    setup["compare_on_device"] = on_device
+    setup["fp64"] = fp64
+    setup["keep_rotations"] = kept_rotations(request.device, on_device)
     env = child_env(request, hardware, None, hide_gpu=False)
     child, reused = refpool.borrow(env, limits["spawn"])
     child.memory_limit_bytes = limits["rss"] << 20  # this evaluation's own bound (the watchdog's)
     child_cpu = (child.cpu_seconds() or 0.0) if reused else 0.0
     setup["serve"] = settings.reference_reuse  # after its done, the child waits for the next evaluation's setup
     timeline.mark("reference: reused" if reused else "reference: started")
-    clean = False
+    clean, checker = False, None
     try:
         with gpu_slot(hardware, slot) as gpu:
             timeline.mark("reference: slot")
@@ -91,11 +96,15 @@ def run_reference(request: EvalRequest, hardware: dict[str, Any], profile: str |
             except sandbox.ChildError as exc:
                 raise child_failure(exc, child, "running the reference", request.run_timeout_s) from None
         clean = True
+        if reference.get("checking"):
+            checker = Checker(child, env, limits["spawn"], request.run_timeout_s, timeline)
     finally:
         after = child.cpu_seconds()
         cpu.add("reference", after - child_cpu if after is not None else None)
-        refpool.give_back(child, env, limits["spawn"], clean)
+        if checker is None:
+            refpool.give_back(child, env, limits["spawn"], clean)
         cpu.add("parent", time.thread_time() - own_cpu)
+    reference["checker"] = checker
     reference["baselines"] = baselines
     reference["seeds"] = seeds
     reference["profile"] = profile
@@ -163,6 +172,60 @@ def _messages(request: EvalRequest, hardware: dict[str, Any], profile: str | Non
         elif phase == "done":
             gpu.release("reference: done")
             return reference, baselines
+        elif phase == "checking" and reference.get("on_device"):  # it stays, to compare on the device
+            gpu.release("reference: checking")
+            reference["checking"] = True
+            return reference, baselines
         elif phase == "error":
             raise PhaseFailure("runtime_error", "the reference failed: " + str(message.get("error"))[-3000:],
                                child.log_tail())
+
+
+class Checker:
+    """The reference child kept through the candidate phase where outputs are compared on the
+    device (``plan.compares_on_device``): the parent forwards what the candidate's judge handed over
+    (``child/handover.py``) and gets the comparison back. The candidate's process is paused at its
+    pause point meanwhile, and the GPU slot is the candidate phase's (held shared)."""
+
+    def __init__(self, child: sandbox.Child, env: dict[str, str], spawn_mb: int, timeout_s: float,
+                 timeline: Timeline):
+        self.child, self._env, self._spawn_mb = child, env, spawn_mb
+        self._timeout_s = timeout_s
+        self._timeline = timeline
+        self._broken = False
+
+    def compare(self, kind: str, index: int, outputs: Any, against: Any = None,
+                tolerances: tuple[float, float] | None = None) -> dict[str, Any]:
+        """``{"ok", "reason", "max_abs", "rel_norm", "ref_rel_norm"}`` of the candidate's outputs
+        (descriptors as its judge sent them) against the reference's for that input set."""
+        request: dict[str, Any] = {"compare": kind, "index": index, "outputs": outputs}
+        if kind == "again":
+            request.update(against=against, atol=tolerances[0], rtol=tolerances[1])
+        self.child.send(request)
+        try:
+            answer = self.child.recv(time.monotonic() + self._timeout_s)
+        except sandbox.ChildError as exc:
+            self._broken = True
+            # what it was comparing came from the candidate: the failure is the evaluation's
+            raise PhaseFailure("runtime_error", f"the reference child failed comparing the candidate's {kind} "
+                               f"outputs on the device ({exc.kind})", self.child.log_tail()) from None
+        self._timeline.mark(f"reference: compared {kind} {index}")
+        if answer.get("phase") != "compared" or answer.get("kind") != kind or answer.get("index") != index:
+            self._broken = True
+            raise PhaseFailure("runtime_error", f"the reference child answered {answer.get('phase')!r} to a "
+                               "comparison", self.child.log_tail())
+        return {"ok": bool(answer["ok"]), "reason": str(answer.get("reason", "")),
+                "max_abs": float(answer.get("max_abs", 0.0)), "rel_norm": float(answer.get("rel_norm", 0.0)),
+                "ref_rel_norm": float(answer.get("ref_rel_norm", 0.0))}
+
+    def close(self) -> None:
+        """The end of the evaluation: a child that answered every request finishes (its cached GPU
+        memory freed) and is kept for the next evaluation; any other is closed."""
+        clean = False
+        if not self._broken and self.child.alive():
+            self.child.send({"finish": True})
+            try:
+                clean = self.child.recv(time.monotonic() + 60.0).get("phase") == "done"
+            except sandbox.ChildError:
+                clean = False
+        refpool.give_back(self.child, self._env, self._spawn_mb, clean)

@@ -172,35 +172,54 @@ class GpuLedger:
             self.release(admission)
 
 
-def evaluation_bytes(task_bytes: dict[str, Any], trials: int, rotations: int) -> dict[str, int]:
-    """What one evaluation's children hold on the GPU at most, from the task's own bytes (measured on
-    the meta device: ``tasksize``). The reference holds both weight configurations in fp32 and fp64,
-    every input set at once (trials, rotations, the one after timing), and the forward's working set
-    (taken as its inputs and outputs again, twice in fp64); the candidate holds the same input sets,
-    its private copy of each it is called on, both models, the poison and its outputs."""
+HOLD_BYTES = 1 << 30  # the candidate's judge keeps its recent private input copies up to this (child/candidate.py)
+
+
+def evaluation_bytes(task_bytes: dict[str, Any], kept: int, fp64: bool = True) -> dict[str, int]:
+    """What one evaluation's children hold on the GPU at once, at most, from the task's own bytes
+    (measured on the meta device: ``tasksize``): P parameters, I inputs, O outputs, and a forward's
+    working set W taken as I + O. Every input set is made when it is needed and dropped after
+    (isolation.JustInTime), so one set is live at a time.
+
+    * reference: both weight configurations (2P, and 4P more in float64), the set and its private
+      copy, and during the float64 run its float64 copy (4I), the outputs in fp32 and fp64 (3O: the
+      device comparison holds both beside the candidate's mapped answer), the working set in fp64
+      (2W); without float64, 2P + 2I + 2O + W;
+    * candidate: its models (2P), the private copy of the set and the judge's two snapshots of it
+      (3I), the output, the judge's clone of it, a second read of it and the first trial's answer
+      kept for the determinism check (4O), the working set, the timed outputs it keeps whole
+      (``kept`` × O) and its recent private copies (up to HOLD_BYTES).
+    """
     inputs = int(task_bytes.get("input_bytes", 0))
     outputs = int(task_bytes.get("output_bytes", 0))
     params = int(task_bytes.get("parameter_bytes", 0))
-    sets = trials + rotations + 1
     work = inputs + outputs
-    reference = 2 * params * 3 + sets * inputs + 3 * work + CONTEXT_BYTES
-    candidate = 2 * params + (2 * sets + 3) * inputs + 4 * outputs + work + CONTEXT_BYTES
+    if fp64:
+        reference = 6 * params + 4 * inputs + 3 * outputs + 2 * work + CONTEXT_BYTES
+    else:
+        reference = 2 * params + 2 * inputs + 2 * outputs + work + CONTEXT_BYTES
+    candidate = (2 * params + 3 * inputs + (4 + kept) * outputs + work + min(HOLD_BYTES, inputs)
+                 + CONTEXT_BYTES)
     return {"reference": reference, "candidate": candidate, "total": reference + candidate}
 
 
-def host_limit_mb(task_bytes: dict[str, Any], trials: int, rotations: int, device: str,
+def host_limit_mb(task_bytes: dict[str, Any], trials: int, kept: int, device: str, on_device: bool = False,
                   floor_mb: int = 4096) -> int:
     """A child's memory limit (RSS; the address space too on the CPU) from the task's own bytes: on
     the CPU everything an evaluation holds is host memory (as ``evaluation_bytes`` counts it for one
-    child); on a GPU a child's host memory holds the outputs it reports (every trial's in fp32 and
-    fp64, every rotation's, the one after timing) and the state dicts. Twice that with a floor for
-    the interpreter, torch and the compilers: a bound that follows the task, not a flat 16 GiB."""
+    child) beside the outputs it reports; on a GPU a child's host memory holds the outputs it reports
+    (the reference every trial's in fp32 and fp64, each kept timed set's, the one after timing) and
+    the state dicts, and where outputs are compared on the device (``on_device``), the state dicts
+    alone. Twice that with a floor for the interpreter, torch and the compilers: a bound that
+    follows the task, not a flat 16 GiB."""
     inputs = int(task_bytes.get("input_bytes", 0))
     outputs = int(task_bytes.get("output_bytes", 0))
     params = int(task_bytes.get("parameter_bytes", 0))
+    # compared on a GPU, outputs never reach a host; on the CPU they are host memory either way
+    reported = 0 if on_device and device != "cpu" else (3 * trials + kept + 2) * outputs
     if device == "cpu":
-        each = evaluation_bytes(task_bytes, trials, rotations)
-        held = max(each["reference"], each["candidate"]) - CONTEXT_BYTES
+        each = evaluation_bytes(task_bytes, kept)
+        held = max(each["reference"], each["candidate"]) - CONTEXT_BYTES + reported
     else:
-        held = (3 * trials + rotations + 2) * outputs + 2 * params + 2 * inputs
+        held = reported + 2 * params + 2 * inputs
     return max(floor_mb, int(2 * held) >> 20)

@@ -66,7 +66,7 @@ def task_sizing(request: EvalRequest, hardware: dict[str, Any], profile: str | N
     return {**sizing, "kept": False}
 
 
-def memory_limits(request: EvalRequest, sizing: dict[str, Any], rotations: int) -> dict[str, int]:
+def memory_limits(request: EvalRequest, sizing: dict[str, Any], kept: int, on_device: bool = False) -> dict[str, int]:
     """The children's limits in MiB: ``rss`` (the parent's watchdog, per evaluation) and ``spawn``
     (the address space a child is started with on the CPU, and a reused reference child's key). An
     explicit ``memory_limit_mb`` is both; otherwise they follow the task's own bytes."""
@@ -74,16 +74,24 @@ def memory_limits(request: EvalRequest, sizing: dict[str, Any], rotations: int) 
         return {"rss": int(request.memory_limit_mb), "spawn": int(request.memory_limit_mb)}
     if not sizing.get("bytes"):  # not measured (no meta kernel at a size too large to run for real)
         return {"rss": DEFAULT_CEILING_MB, "spawn": DEFAULT_CEILING_MB}
-    rss = gpumemory.host_limit_mb(sizing["bytes"], request.trials, rotations, request.device)
+    rss = gpumemory.host_limit_mb(sizing["bytes"], request.trials, kept, request.device, on_device)
     return {"rss": rss, "spawn": max(rss, DEFAULT_CEILING_MB)}
 
 
-def announced_bytes(request: EvalRequest, sizing: dict[str, Any], rotations: int) -> dict[str, int]:
-    """What the evaluation announces to its GPU's ledger; nothing where the task was not measured
-    (admitted at once, and an out-of-memory is then its own)."""
+def announced_bytes(request: EvalRequest, sizing: dict[str, Any], kept: int, hardware: dict[str, Any] | None = None,
+                    on_device: bool = False) -> dict[str, int]:
+    """What the evaluation announces to its GPU's ledger (``fp64``: whether the reference computes
+    in float64 too); nothing where the task was not measured (admitted at once, and an out-of-memory
+    is then its own). Where outputs are compared on the device and the float64 reference would not
+    fit beside the candidate on this GPU, the reference is fp32 alone: compared elementwise at the
+    task's tolerance, without the float64 norm checks."""
     if not sizing.get("bytes"):
-        return {"reference": 0, "candidate": 0, "total": 0}
-    return gpumemory.evaluation_bytes(sizing["bytes"], request.trials, rotations)
+        return {"reference": 0, "candidate": 0, "total": 0, "fp64": True}
+    wide = gpumemory.evaluation_bytes(sizing["bytes"], kept, fp64=True)
+    ledger = ledger_for(hardware) if hardware is not None else None
+    if on_device and ledger is not None and wide["total"] > ledger.usable:
+        return {**gpumemory.evaluation_bytes(sizing["bytes"], kept, fp64=False), "fp64": False}
+    return {**wide, "fp64": True}
 
 
 def ledger_for(hardware: dict[str, Any]) -> gpumemory.GpuLedger | None:

@@ -72,10 +72,10 @@ def test_a_task_that_cannot_fit_the_bound_says_so(kernelcourt_cache_dir):
 
 def test_limits_follow_the_task_unless_given():
     sizing = {"bytes": {"input_bytes": 4 * GIB, "output_bytes": 4 * GIB, "parameter_bytes": 0}}
-    derived = memory_limits(_request(TASK, device="cuda"), sizing, rotations=5)
+    derived = memory_limits(_request(TASK, device="cuda"), sizing, kept=5)
     assert derived["rss"] == 2 * ((3 * 5 + 5 + 2) * 4 + 2 * 4) * 1024  # outputs reported + inputs, twice
     assert derived["spawn"] == derived["rss"]  # above the default ceiling
-    small = memory_limits(_request(TASK), {"bytes": {"input_bytes": 1 << 20}}, rotations=24)
+    small = memory_limits(_request(TASK), {"bytes": {"input_bytes": 1 << 20}}, kept=24)
     assert small == {"rss": 4096, "spawn": 16384}
     assert memory_limits(_request(TASK, memory_limit_mb=2048), sizing, 5) == {"rss": 2048, "spawn": 2048}
 
@@ -138,7 +138,7 @@ def test_a_task_that_cannot_be_measured_runs_with_the_default_limits(tmp_path, m
     # then it is not a failure: nothing is scaled, the default limits apply and nothing is announced
     assert sizing["constants"] == {} and sizing["bytes"] == {}
     assert "Tensor.item() cannot be called on meta tensors" in sizing["error"]
-    assert memory_limits(request, sizing, rotations=24) == {"rss": 16384, "spawn": 16384}
+    assert memory_limits(request, sizing, kept=24) == {"rss": 16384, "spawn": 16384}
     # with a bound, the same task cannot be scaled and says why
     from gpu_workers.build.compile import PhaseFailure
 
