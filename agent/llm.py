@@ -10,6 +10,7 @@ import json
 import os
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -239,25 +240,45 @@ def _render_simple_chat(messages: list[dict[str, Any]]) -> str:
     return "".join(parts) + "<|assistant|>\n"
 
 
+def byte_level_tokenizer(specials: Sequence[str], *, chat_template: str, eos_token: str, pad_token: str,
+                         bos_token: str | None = None) -> Any:
+    """A Hugging Face tokenizer built in code (no download): byte b is id b, then ``specials``, one token
+    each, from id 256 in their order; ``chat_template`` renders conversations."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = _bytes_to_unicode()
+    tokenizer = Tokenizer(models.BPE(vocab={alphabet[b]: b for b in range(256)}, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.add_special_tokens([AddedToken(name, special=True, normalized=False) for name in specials])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token=bos_token, eos_token=eos_token,
+                                   pad_token=pad_token)
+    fast.chat_template = chat_template
+    return fast
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte → printable character map (what the ByteLevel pre-tokenizer uses)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
+        range(ord("®"), ord("ÿ") + 1))
+    chars = printable[:]
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return dict(zip(printable, (chr(c) for c in chars)))
+
+
 def build_byte_tokenizer() -> Any:
-    """A byte-level tokenizer built in code (no download): 256 byte tokens plus a few specials.
+    """A byte-level tokenizer built in code (no download): 256 byte tokens plus an end and a pad token.
 
     Good enough to drive a tiny random model in tests; real runs load the model's own tokenizer.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    specials = ["<|endoftext|>", "<|pad|>"]
-    vocab = {tok: i for i, tok in enumerate(specials)}
-    for ch in sorted(alphabet):
-        vocab[ch] = len(vocab)
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>", pad_token="<|pad|>")
-    fast.chat_template = SIMPLE_CHAT_TEMPLATE
-    return fast
+    return byte_level_tokenizer(["<|endoftext|>", "<|pad|>"], chat_template=SIMPLE_CHAT_TEMPLATE,
+                                eos_token="<|endoftext|>", pad_token="<|pad|>")
 
 
 class TransformersChatClient:

@@ -37,35 +37,13 @@ class ExportError(ValueError):
 def byte_tokenizer_as_hf(tokenizer: Any) -> Any:
     """A ``PreTrainedTokenizerFast`` with ``training.policy.ByteTokenizer``'s ids: byte b is id b,
     the role markers and specials follow from 256 in the same order."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from agent.llm import byte_level_tokenizer
 
-    alphabet = _bytes_to_unicode()
-    vocab = {alphabet[b]: b for b in range(256)}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tok.decoder = decoders.ByteLevel()
     specials = sorted(tokenizer.special.items(), key=lambda item: item[1])
     if [i for _, i in specials] != list(range(256, 256 + len(specials))):
         raise ExportError("the byte tokenizer's special ids are not contiguous after the 256 bytes")
-    tok.add_special_tokens([AddedToken(name, special=True, normalized=False) for name, _ in specials])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>")
-    fast.chat_template = BYTE_CHAT_TEMPLATE
-    return fast
-
-
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible byte → printable character map (what the ByteLevel pre-tokenizer uses)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
-        range(ord("®"), ord("ÿ") + 1))
-    chars = printable[:]
-    extra = 0
-    for b in range(256):
-        if b not in printable:
-            printable.append(b)
-            chars.append(256 + extra)
-            extra += 1
-    return dict(zip(printable, (chr(c) for c in chars)))
+    return byte_level_tokenizer([name for name, _ in specials], chat_template=BYTE_CHAT_TEMPLATE,
+                                bos_token="<bos>", eos_token="<eos>", pad_token="<pad>")
 
 
 def _hf_tokenizer(spec: Any, tokenizer: Any) -> Any:

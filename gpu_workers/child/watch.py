@@ -259,7 +259,7 @@ def attribute(events: list[Any], label: str) -> tuple[dict[str, int], dict[str, 
             continue
         if not inside(e.start_ns()):
             continue
-        if _linked(e):  # a runtime call (cudaLaunchKernel, ...)
+        if _is_runtime_call(e):  # cudaLaunchKernel, ...: CUPTI's id, linked or not
             launched_inside.add(_own_id(e))
             continue
         forward_ids.add(_own_id(e))
@@ -313,6 +313,19 @@ def _own_id(event: Any) -> int:
 
 def _linked(event: Any) -> int:
     return _id(event, "linked_correlation_id")
+
+
+def _is_runtime_call(event: Any) -> bool:
+    """A host-side call into the device's runtime or driver. Linked ones say so by their link; one
+    made with no framework event open (a native thread) has none and is known by its activity type."""
+    if _linked(event):
+        return True
+    getter = getattr(event, "activity_type", None)
+    try:
+        kind = str(getter()) if getter is not None else ""
+    except (TypeError, ValueError):
+        kind = ""
+    return kind.endswith(("_runtime", "_driver"))
 
 
 def _is_annotation(event: Any) -> bool:

@@ -10,6 +10,13 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 HACKS = Path(__file__).resolve().parent / "hacks"
 
 
+def _kernelbench_dir() -> Path:
+    """KernelBench's published tasks: ``shared/kernelbench`` inside the checkout where it is there (the
+    GPU machine's copy: only the checkout travels), else ``../shared/kernelbench`` beside it."""
+    inside = REPO_ROOT / "shared" / "kernelbench"
+    return inside if inside.is_dir() else REPO_ROOT.parent / "shared" / "kernelbench"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def kernelcourt_cache_dir():
     """One persistent cache (built extensions, baseline timings) for every test and every run.
@@ -39,3 +46,17 @@ def fresh_settings():
 @pytest.fixture(scope="session")
 def hacks_dir() -> Path:
     return HACKS
+
+
+@pytest.fixture(scope="session")
+def kernelbench_root() -> Path:
+    """The KernelBench folder, whether it is there or not: for the GPU tests, which fail without it."""
+    return _kernelbench_dir()
+
+
+@pytest.fixture(scope="session")
+def kernelbench(kernelbench_root: Path) -> Path:
+    """The KernelBench folder; a test that asks for it is skipped where it is not there."""
+    if not kernelbench_root.is_dir():
+        pytest.skip(f"{kernelbench_root} is not here")
+    return kernelbench_root

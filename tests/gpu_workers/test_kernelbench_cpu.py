@@ -2,15 +2,12 @@
 ``max_elements`` (their files untouched), each evaluated with its identity candidate through one
 LocalPool: passed on the open track, rejected as library compute on the strict track."""
 
-from pathlib import Path
-
 import pytest
 
 from gpu_workers.schema import EvalRequest
 from gpu_workers.suite.kernelbench import identity_candidate, task_files
 from gpu_workers.workers.pool import LocalPool
 
-ROOT = Path(__file__).resolve().parents[2] / ".." / "shared" / "kernelbench"
 MAX_ELEMENTS = 65536
 TASKS = [
     "level1/19_ReLU", "level1/1_Square_matrix_multiplication_", "level1/23_Softmax", "level1/36_RMSNorm_",
@@ -30,11 +27,9 @@ def _request(source: str, track: str, key: str) -> EvalRequest:
 
 
 @pytest.mark.slow
-def test_kernelbench_identity_candidates_on_the_cpu():
+def test_kernelbench_identity_candidates_on_the_cpu(kernelbench):
     # given 22 published tasks over the three levels, every file as KernelBench ships it
-    if not ROOT.is_dir():
-        pytest.skip(f"{ROOT} is not here")
-    tasks = task_files(ROOT, tasks=TASKS)
+    tasks = task_files(kernelbench, tasks=TASKS)
     assert sorted(t.key for t in tasks) == sorted(TASKS)
     before = {t.key: t.path.read_bytes() for t in tasks}
     requests = [_request(t.path.read_text(), track, t.key) for t in tasks for track in ("open", "strict")]

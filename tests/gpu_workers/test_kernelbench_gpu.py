@@ -16,7 +16,6 @@ from gpu_workers.workers.pool import LocalPool
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 REPO = Path(__file__).resolve().parents[2]
-ROOT = REPO / ".." / "shared" / "kernelbench"
 TASKS = ["level1/19_ReLU", "level1/23_Softmax", "level2/12_Gemm_Multiply_LeakyReLU", "level3/9_ResNet18",
          "level3/42_GRUBidirectionalHidden"]
 
@@ -29,8 +28,8 @@ def _plain():
 
 
 @pytest.fixture(scope="module")
-def runs(kernelcourt_cache_dir):
-    tasks = task_files(ROOT, tasks=TASKS)
+def runs(kernelcourt_cache_dir, kernelbench_root):
+    tasks = task_files(kernelbench_root, tasks=TASKS)
     requests = [EvalRequest(task_source=t.path.read_text(), kernel_source=identity_candidate(t.path.read_text()),
                             device="cuda", track="open", task_name=t.key, baselines=("eager",))
                 for _ in range(3) for t in tasks]

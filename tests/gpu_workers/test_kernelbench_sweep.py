@@ -9,7 +9,6 @@ import pytest
 from gpu_workers.suite.kernelbench import baseline_times, identity_candidate, task_files
 
 REPO = Path(__file__).resolve().parents[2]
-ROOT = REPO / ".." / "shared" / "kernelbench"
 
 
 def _sweep():
@@ -19,20 +18,14 @@ def _sweep():
     return module
 
 
-def _need_kernelbench():
-    if not ROOT.is_dir():
-        pytest.skip(f"{ROOT} is not here")
-
-
-def test_task_files_by_level_and_filter():
-    _need_kernelbench()
-    every = task_files(ROOT)
+def test_task_files_by_level_and_filter(kernelbench):
+    every = task_files(kernelbench)
     assert len(every) == 250
     assert [t.key for t in every[:2]] == ["level1/1_Square_matrix_multiplication_", "level1/2_Standard_matrix_multiplication_"]
     assert {t.level for t in every} == {1, 2, 3}
-    picked = task_files(ROOT, tasks=["level1/19_ReLU", "2/1", "9_ResNet18"])
+    picked = task_files(kernelbench, tasks=["level1/19_ReLU", "2/1", "9_ResNet18"])
     assert [t.key for t in picked] == ["level1/19_ReLU", "level2/1_Conv2D_ReLU_BiasAdd", "level3/9_ResNet18"]
-    assert [t.key for t in task_files(ROOT, levels=[3])][:1] == ["level3/1_MLP"]
+    assert [t.key for t in task_files(kernelbench, levels=[3])][:1] == ["level3/1_MLP"]
 
 
 def test_identity_candidate_renames_the_model_only():
@@ -41,19 +34,17 @@ def test_identity_candidate_renames_the_model_only():
                                           "        super(ModelNew, self).__init__()\nx = ModelA\n")
 
 
-def test_published_baselines_by_task():
-    _need_kernelbench()
-    times = baseline_times(ROOT)
+def test_published_baselines_by_task(kernelbench):
+    times = baseline_times(kernelbench)
     assert times["level1/1_Square_matrix_multiplication_"]["mean"] == 2.66
     assert times["level1/1_Square_matrix_multiplication_"]["folder"] == "H100_Modal"
 
 
 @pytest.mark.slow
-def test_sweep_smoke_on_the_cpu_resumes_and_summarizes(tmp_path, capsys):
-    _need_kernelbench()
+def test_sweep_smoke_on_the_cpu_resumes_and_summarizes(tmp_path, capsys, kernelbench):
     sweep = _sweep()
     out = tmp_path / "sweep.jsonl"
-    args = ["--device", "cpu", "--max-elements", "4096", "--tasks", "level1/19_ReLU", "level1/23_Softmax",
+    args = ["--root", str(kernelbench), "--device", "cpu", "--max-elements", "4096", "--tasks", "level1/19_ReLU", "level1/23_Softmax",
             "--workers", "2", "--timing-budget", "0.05", "--trials", "2", "--out", str(out)]
     # when two tasks are swept, then swept again
     assert sweep.main(args) == 0

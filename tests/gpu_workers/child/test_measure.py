@@ -155,9 +155,13 @@ def test_a_gpu_bound_forward_is_timed_on_its_stream_and_work_off_it_end_to_end()
         return out
 
     hidden = timing.time_callable(off_stream, [x], rotations, device, budget_s=0.2, max_iters=200)
-    assert hidden["timed"] == "end to end", hidden
-    assert hidden["gpu_median_ms"] < 0.5 * stats["gpu_median_ms"]  # the forward's own stream saw nothing
-    assert hidden["median_ms"] == hidden["net_median_ms"] >= 0.8 * stats["gpu_median_ms"]  # the reward did
+    # the work of tens of µs may fit inside the call's own host time (the stream switch, the wait): then
+    # the host series covers it; what matters is that the reward's time does, whichever series it is
+    assert hidden["timed"] in ("end to end", "host"), hidden
+    assert hidden["gpu_median_ms"] < 0.5 * stats["gpu_median_ms"], hidden  # the forward's own stream saw nothing
+    assert hidden["median_ms"] >= 0.8 * stats["gpu_median_ms"], hidden  # the reward did
+    series = "net_median_ms" if hidden["timed"] == "end to end" else "host_median_ms"
+    assert hidden["median_ms"] == hidden[series], hidden
 
 
 @pytest.mark.gpu

@@ -1,7 +1,5 @@
 """Sizing a KernelBench task on the meta device and scaling its constants under a bound."""
 
-from pathlib import Path
-
 import pytest
 
 from gpu_workers.child.size import (
@@ -13,15 +11,6 @@ from gpu_workers.child.size import (
     size_task,
 )
 from gpu_workers.tasks import load_task_module
-
-KERNELBENCH = Path(__file__).resolve().parents[3] / ".." / "shared" / "kernelbench"
-
-
-def _kb(name: str) -> str:
-    path = KERNELBENCH / name
-    if not path.exists():
-        pytest.skip(f"{path} is not here")
-    return path.read_text()
 
 
 def test_constant_names_take_expressions_and_tuples():
@@ -45,9 +34,9 @@ def test_apply_constants_rebuilds_tuples_and_skips_unknown_names():
     assert not hasattr(module, "missing")
 
 
-def test_relu_at_published_size_is_measured_without_allocating():
+def test_relu_at_published_size_is_measured_without_allocating(kernelbench):
     # given level1/19_ReLU: a 4096 x 393216 fp32 input (6.4 GB)
-    source = _kb("level1/19_ReLU.py")
+    source = (kernelbench / "level1" / "19_ReLU.py").read_text()
     # when it is measured at its own sizes
     sized = size_task(source, None, None)
     # then the bytes are exact and nothing changed
@@ -58,17 +47,17 @@ def test_relu_at_published_size_is_measured_without_allocating():
     assert sized["bytes"]["how"] == "meta"
 
 
-def test_relu_scaled_under_a_bound_keeps_every_tensor_within_it():
-    sized = size_task(_kb("level1/19_ReLU.py"), None, 4096)
+def test_relu_scaled_under_a_bound_keeps_every_tensor_within_it(kernelbench):
+    sized = size_task((kernelbench / "level1" / "19_ReLU.py").read_text(), None, 4096)
     assert sized["bytes"]["largest"]["input"] <= 4096
     assert sized["bytes"]["largest"]["output"] <= 4096
     # the largest constant is halved each step: 4096 x 393216 ends as 64 x 48 (3072 <= 4096 < 64 x 96)
     assert sized["constants"] == {"batch_size": 64, "dim": 48}
 
 
-def test_conv_task_keeps_its_kernel_size_and_stride():
+def test_conv_task_keeps_its_kernel_size_and_stride(kernelbench):
     # given a transposed 3-D convolution with kernel 3, stride 2, padding 1
-    source = _kb("level2/100_ConvTranspose3d_Clamp_Min_Divide.py")
+    source = (kernelbench / "level2" / "100_ConvTranspose3d_Clamp_Min_Divide.py").read_text()
     sized = size_task(source, None, 65536)
     # then the structural constants are untouched and every tensor fits
     assert not {"kernel_size", "stride", "padding"} & set(sized["constants"])

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,7 +14,6 @@ from gpu_workers.hardware import hardware_info
 from gpu_workers.tasks.budget import memory_limits, neighbour_oom, task_sizing
 
 needs_gpu = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
-KERNELBENCH = Path(__file__).resolve().parents[3] / ".." / "shared" / "kernelbench"
 GIB = 1 << 30
 
 TASK = '''
@@ -90,11 +88,11 @@ def test_only_an_admitted_evaluations_cuda_oom_is_a_neighbours():
 
 @needs_gpu[0]
 @needs_gpu[1]
-def test_relu_at_its_published_size_passes_on_the_gpu(kernelcourt_cache_dir):
+def test_relu_at_its_published_size_passes_on_the_gpu(kernelcourt_cache_dir, kernelbench_root):
     # given level1/19_ReLU as published (a 6.4 GB input) and its identity candidate
     from gpu_workers.suite.kernelbench import identity_candidate
 
-    source = (KERNELBENCH / "level1" / "19_ReLU.py").read_text()
+    source = (kernelbench_root / "level1" / "19_ReLU.py").read_text()
     result = evaluate(EvalRequest(task_source=source, kernel_source=identity_candidate(source), device="cuda",
                                   track="open", task_name="19_ReLU", baselines=("eager",)))
     assert result.status == "passed", result.message
