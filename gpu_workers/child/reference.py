@@ -189,8 +189,8 @@ def serve_comparisons(send: Sender, device, models: list[Any], run_inputs: dict[
     tolerances the request names). Answers ``compared`` with the comparison's fields."""
     import torch
 
-    from ..judge import compare_outputs
     from . import handover, measure
+    from .compare import compare_outputs
 
     while True:
         request = send.receive()

@@ -53,6 +53,14 @@ def make_inputs(task, seed: int, device) -> list[Any]:
             generator.manual_seed(seed)
     with device:  # factory functions in get_inputs() allocate on the task's device (fast on a GPU)
         values = task.get_inputs()
+    # Seeded again from secret randomness at once: once candidate code exists (inputs made just in
+    # time), torch.initial_seed() or the generator's state must not give away the input set's seed
+    # (the candidate would regenerate its inputs, or draw the same "noise" for the same set).
+    fresh = int.from_bytes(os.urandom(8), "little") >> 2
+    torch.default_generator.manual_seed(fresh)
+    if torch.cuda.is_initialized():
+        for generator in torch.cuda.default_generators:
+            generator.manual_seed(fresh)
     return [v.detach() if isinstance(v, torch.Tensor) else v for v in values]
 
 

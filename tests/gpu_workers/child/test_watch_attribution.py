@@ -113,6 +113,21 @@ def test_a_judge_kernel_is_not_the_forwards_even_when_its_cupti_id_is_an_ops_id_
     assert kernels == {"mul_kernel": 1}
 
 
+def test_a_synchronisation_inside_the_range_lends_its_cupti_id_to_no_framework_event():
+    # given a forward that synchronises (CUPTI reports it on the host, unlinked, with CUPTI's id 4) and
+    # the judge's fingerprint after the call, an op whose framework id is also 4, and its kernels
+    sync = Event("cudaStreamSynchronize", 150, 10, DeviceType.CPU, 4, 0, MAIN_THREAD, "cuda_sync")
+    events = [forward_range(100, 200, own_id=1), op("aten::mul", 110, own_id=3),
+              *launched("mul_kernel", 120, cupti_id=9, link=3), sync,
+              op("aten::dot", 300, own_id=4), *launched("dot_kernel", 310, cupti_id=12, link=4)]
+    # when the events are attributed
+    ops, kernels, _ = attribute(events, LABEL)
+    # then the judge's kernel is not the forward's (on the H200 such a collision counted the judge's
+    # fingerprints as the candidate's library compute), and the synchronisation is no operator
+    assert kernels == {"mul_kernel": 1}
+    assert ops == {"aten::mul": 1}
+
+
 def test_a_kernel_launched_directly_inside_the_range_links_to_the_range_and_is_the_forwards():
     # given a launch made inside the range with no operator around it (an extension's own launch)
     events = [forward_range(100, 200, own_id=5), *launched("my_kernel", 150, cupti_id=5, link=5),
