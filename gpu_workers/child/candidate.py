@@ -85,7 +85,7 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
     send.pause("prepared")
     held: list[list[Any]] = []
     held_bytes = [0]
-    hold_limit = int(setup.get("hold_bytes", 1 << 30))
+    hold_limit = int(setup["hold_bytes"])
 
     def fresh(values: list[Any]) -> list[Any]:
         """A private copy for one use, kept alive after it (up to ``hold_bytes`` of them, the oldest

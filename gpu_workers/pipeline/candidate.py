@@ -15,6 +15,7 @@ from .. import judge
 from ..build.compile import BuildContext, PhaseFailure, child_env, child_failure, threads_for
 from ..rules import make_finding
 from ..sandbox import process as sandbox
+from ..sandbox.gpumemory import HOLD_BYTES
 from ..sandbox.gpuslot import SlotUse, gpu_slot, hold_bound
 from ..schema import EvalRequest, Finding
 from ..settings import EvaluatorSettings
@@ -126,6 +127,7 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
         "keep_rotations": kept_rotations(request.device, checker is not None),
         "compare_on_device": checker is not None,
         "poison_bytes": 2 * out_bytes,
+        "hold_bytes": HOLD_BYTES,  # what the GPU announcement counts for it (sandbox/gpumemory.py)
     }
     max_bytes = 64 * (out_bytes + (1 << 20)) * (request.trials + rotations_for(request.device) + 4)
     child.mac_key = setup["mac_key"] = secrets.token_bytes(32)

@@ -78,6 +78,27 @@ def test_limits_follow_the_task_unless_given():
     assert memory_limits(_request(TASK, memory_limit_mb=2048), sizing, 5) == {"rss": 2048, "spawn": 2048}
 
 
+def test_outputs_larger_than_the_operators_threshold_are_compared_on_the_device(tmp_path, monkeypatch):
+    from gpu_workers.pipeline.plan import compares_on_device, kept_rotations
+    from gpu_workers.settings import from_environ
+    from gpu_workers.tasks.budget import announced_bytes
+
+    monkeypatch.setenv("KERNELCOURT_CACHE_DIR", str(tmp_path))
+    settings = from_environ({"KERNELCOURT_DEVICE_COMPARE_BYTES": str(GIB)})
+    request = _request(TASK, device="cuda")
+    big = {"bytes": {"input_bytes": 8 * GIB, "output_bytes": 8 * GIB, "parameter_bytes": 0}}
+    small = {"bytes": {"input_bytes": GIB, "output_bytes": GIB // 2, "parameter_bytes": 0}}
+    assert compares_on_device(request, big, settings) and not compares_on_device(request, small, settings)
+    assert not compares_on_device(request, {"bytes": {}}, settings)  # not measured: not on the device
+    assert kept_rotations("cuda", on_device=True) == [] and kept_rotations("cuda")  # fingerprints only
+    # on an H200 the float64 reference of an 8 GB task does not fit beside its candidate: fp32 alone
+    h200 = {"device": "cuda", "memory_bytes": 150_109_880_320, "name": "H200", "gpu": {"uuid": "test-h200"}}
+    narrow = announced_bytes(request, big, 0, h200, on_device=True)
+    assert narrow["fp64"] is False and narrow["total"] <= 0.9 * h200["memory_bytes"]
+    assert announced_bytes(request, big, 0, h200, on_device=False)["fp64"] is True  # outputs on the host: as measured
+    assert announced_bytes(request, small, 0, h200, on_device=True)["fp64"] is True
+
+
 def test_only_an_admitted_evaluations_cuda_oom_is_a_neighbours():
     oom = "the reference (task) failed to run: torch.OutOfMemoryError: CUDA out of memory."
     assert neighbour_oom("runtime_error", oom, {"admitted": True, "bytes": GIB})
