@@ -41,6 +41,16 @@ EVENT_RESOLUTION_MS = 0.001  # a median known to ±1 µs is known (CUDA events r
 ROUND_TRIP_EVERY = 3  # an end-to-end and an empty iteration after every this many timed ones, on CUDA
 MIN_E2E = 10  # ... and never stopped early before this many of them
 OUTSIDE_SLACK, OUTSIDE_SLACK_MS = 0.05, 0.005  # end to end beyond host + kernel side by more: outside work
+# A window's read of the output, timed on its own, up to this multiple of an ordinary tensor's read
+# (plus READ_SLACK_MS) is the read's; beyond it, the excess is the forward's work (an output filled
+# on first touch). An honest forward's sample is then its own time, with no estimate taken off it.
+READ_SLACK, READ_SLACK_MS = 1.25, 0.002
+
+
+def charged_ms(forward_ms: float, read_seen_ms: float, read_ms: float) -> float:
+    """One window's sample: the forward's own time, and whatever its output's read took beyond
+    what reading an ordinary tensor of that size takes (with the slack above)."""
+    return max(forward_ms, 0.0) + max(read_seen_ms - READ_SLACK * read_ms - READ_SLACK_MS, 0.0)
 
 
 class L2Flusher:
@@ -157,8 +167,10 @@ def time_callable(
 
     The window of every iteration ends with the judge reading every byte of the output (a checksum,
     on CUDA queued on the stream before the end event), so an output filled on first touch is filled
-    inside it; the same read's cost on an ordinary tensor of the output's size, measured before the
-    loop, is taken off each time. The judge's own work (copying inputs in, reading outputs out) runs
+    inside it. The read is timed on its own (an event, on CUDA, between the forward and the read): a
+    sample is the forward's time plus whatever its read took beyond the same read of an ordinary
+    tensor of the output's size, measured before the loop (``charged_ms``), so no estimate is taken
+    off an honest forward's time. The judge's own work (copying inputs in, reading outputs out) runs
     with every candidate mode off (``isolation.judge_ops``). ``fingerprint`` (``isolation.Fingerprint``)
     fingerprints every iteration's output outside the window, for the parent to check against the
     reference's for the same input set; ``keep`` names the input sets whose last output is kept whole
@@ -274,6 +286,7 @@ def time_callable(
                 or check(host_times, SETTLE_MIN_ITERS // ROUND_TRIP_EVERY))
 
     cpu_s = window_s = 0.0
+    read_excess = 0.0  # the most a window's read took beyond an ordinary tensor's
     waits = SpinWaits(device, enabled=spin_waits)
     with waits, TimingCpus(cpus):
         seen_cpus = {host_cpu()}  # where the host side of the timing ran (seen between iterations)
@@ -292,25 +305,32 @@ def time_callable(
                 queued0 = _perf_counter()
                 if _cuda_spin is not None:  # without it the host's launch latency stays in (never less)
                     _cuda_spin(spin)
+                middle = _Event(enable_timing=True)
                 _event_record(start)
                 cpu0, wall0 = process_cpu_s(), _perf_counter()
                 out = fn(*buffers)
+                _event_record(middle)
                 read(out)
                 _event_record(end)
                 queued_ms = (_perf_counter() - queued0) * 1e3
                 synchronize(device)  # device-wide: a side stream's output is complete before it is kept
                 cpu_s, window_s = cpu_s + process_cpu_s() - cpu0, window_s + _perf_counter() - wall0
-                times.append(max(float(_event_elapsed(start, end)) - read_ms, 0.0))
+                read_seen = float(_event_elapsed(middle, end))
+                times.append(charged_ms(float(_event_elapsed(start, middle)), read_seen, read_ms))
+                read_excess = max(read_excess, read_seen - read_ms)
                 if first_sight and _cuda_spin is not None and queued_ms >= spin / CYCLES_PER_MS:
                     uncovered_first.add(iteration)
             else:
                 cpu0 = process_cpu_s()
                 host0 = _perf_counter()
                 out = fn(*buffers)
+                returned = _perf_counter()
                 read(out)
                 host1 = _perf_counter()
                 cpu_s, window_s = cpu_s + process_cpu_s() - cpu0, window_s + host1 - host0
-                times.append(max((host1 - host0) * 1e3 - read_ms, 0.0))
+                read_seen = (host1 - returned) * 1e3
+                times.append(charged_ms((returned - host0) * 1e3, read_seen, read_ms))
+                read_excess = max(read_excess, read_seen - read_ms)
             keep_output(r, out)
             del out
             iteration += 1
@@ -382,6 +402,7 @@ def time_callable(
         "fingerprints": fingerprints,
         "fingerprinted": len(fingerprints),
         "read_ms": read_ms,
+        "read_excess_max_ms": read_excess,
         "cpu_s": cpu_s,
         "window_s": window_s,
     }

@@ -252,14 +252,18 @@ def attribute(events: list[Any], label: str) -> tuple[dict[str, int], dict[str, 
     ops: dict[str, int] = {}
     forward_ids: set[int] = set()  # framework events inside a range (their own ids)
     launched_inside: set[int] = set()  # runtime calls inside a range (CUPTI's ids)
+    launched: set[int] = set()  # every runtime call (CUPTI's ids)
     device_events = []
     for e in events:
         if not _on_cpu(e):
             device_events.append(e)
             continue
+        runtime = _is_runtime_call(e)  # cudaLaunchKernel, ...: CUPTI's id, linked or not
+        if runtime:
+            launched.add(_own_id(e))
         if not inside(e.start_ns()):
             continue
-        if _is_runtime_call(e):  # cudaLaunchKernel, ...: CUPTI's id, linked or not
+        if runtime:
             launched_inside.add(_own_id(e))
             continue
         if _activity(e) in _CUPTI_HOST_KINDS:  # CUPTI's id too (a synchronisation...): no framework id
@@ -273,8 +277,12 @@ def attribute(events: list[Any], label: str) -> tuple[dict[str, int], dict[str, 
     for e in device_events:
         if e.name() == label or _is_annotation(e):
             continue  # the range's own device-side span
-        link, stream = _linked(e), _stream(e)
-        mine = link in forward_ids if link else _own_id(e) in launched_inside
+        link, stream, own = _linked(e), _stream(e), _own_id(e)
+        # Linked to a framework event of the forward's, and (where its launch was recorded) launched
+        # while a range was open: a launch the judge made after the call is never the forward's,
+        # whatever number its link carries.
+        mine = (link in forward_ids and (own in launched_inside or own not in launched)) if link \
+            else own in launched_inside
         if mine:
             kernels[e.name()] = kernels.get(e.name(), 0) + 1
             forward_streams.append((e.name(), stream))

@@ -82,14 +82,14 @@ def announced_bytes(request: EvalRequest, sizing: dict[str, Any], kept: int, har
                     on_device: bool = False) -> dict[str, int]:
     """What the evaluation announces to its GPU's ledger (``fp64``: whether the reference computes
     in float64 too); nothing where the task was not measured (admitted at once, and an out-of-memory
-    is then its own). Where outputs are compared on the device and the float64 reference would not
-    fit beside the candidate on this GPU, the reference is fp32 alone: compared elementwise at the
-    task's tolerance, without the float64 norm checks."""
+    is then its own). Where the float64 reference would not fit beside the candidate on this GPU,
+    the reference is fp32 alone: compared elementwise at the task's tolerance, without the float64
+    norm checks (the result's ``timing_stats["memory"]`` says so)."""
     if not sizing.get("bytes"):
         return {"reference": 0, "candidate": 0, "total": 0, "fp64": True}
     wide = gpumemory.evaluation_bytes(sizing["bytes"], kept, fp64=True)
     ledger = ledger_for(hardware) if hardware is not None else None
-    if on_device and ledger is not None and wide["total"] > ledger.usable:
+    if ledger is not None and wide["total"] > ledger.usable:
         return {**gpumemory.evaluation_bytes(sizing["bytes"], kept, fp64=False), "fp64": False}
     return {**wide, "fp64": True}
 

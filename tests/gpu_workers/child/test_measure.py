@@ -236,3 +236,20 @@ def test_timings_move_to_the_gpus_node_only_when_asked_and_only_where_there_is_a
         assert timing_options(some, local)["cpus"] == mine[:1]
     assert "cpus" not in timing_options({"gpu": {"local_cpus": mine}}, local)  # one node: nowhere better to go
     assert "cpus" not in timing_options({"device": "cpu"}, local)
+
+
+def test_a_window_charges_the_forward_and_only_the_reads_excess():
+    # an honest forward: its read took what an ordinary tensor's does (noise within the slack)
+    assert timing.charged_ms(2.0, 1.01, 1.0) == 2.0
+    assert timing.charged_ms(2.0, 0.5, 1.0) == 2.0  # a read faster than the estimate takes nothing off
+    # an output filled on first touch: the filling happens in the read, and the forward pays for it
+    assert timing.charged_ms(0.1, 3.0, 1.0) == pytest.approx(0.1 + 3.0 - timing.READ_SLACK - timing.READ_SLACK_MS)
+    assert timing.charged_ms(-0.001, 0.0, 0.0) == 0.0
+
+
+def test_a_cpu_timing_reports_how_far_its_reads_went_past_an_ordinary_read():
+    x = torch.randn(1 << 16)
+    stats = timing.time_callable(torch.neg, [x], [[torch.randn_like(x)] for _ in range(3)], torch.device("cpu"),
+                                 budget_s=0.2, max_iters=30)
+    assert stats["read_ms"] > 0 and "read_excess_max_ms" in stats
+    assert stats["median_ms"] > 0

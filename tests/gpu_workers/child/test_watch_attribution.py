@@ -128,6 +128,18 @@ def test_a_synchronisation_inside_the_range_lends_its_cupti_id_to_no_framework_e
     assert ops == {"aten::mul": 1}
 
 
+def test_a_judge_kernel_launched_after_the_call_is_not_the_forwards_whatever_its_link_says():
+    # given a judge kernel whose link carries the number of an op inside the range (however that came
+    # about on a real device), launched by a runtime call after the range closed
+    events = [forward_range(100, 200, own_id=1), op("aten::mul", 110, own_id=3),
+              *launched("mul_kernel", 120, cupti_id=9, link=3),
+              *launched("dot_kernel", 310, cupti_id=12, link=3)]
+    # when the events are attributed
+    _, kernels, _ = attribute(events, LABEL)
+    # then only the kernel launched while the forward ran is its
+    assert kernels == {"mul_kernel": 1}
+
+
 def test_a_kernel_launched_directly_inside_the_range_links_to_the_range_and_is_the_forwards():
     # given a launch made inside the range with no operator around it (an extension's own launch)
     events = [forward_range(100, 200, own_id=5), *launched("my_kernel", 150, cupti_id=5, link=5),
