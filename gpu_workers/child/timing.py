@@ -299,13 +299,12 @@ def time_callable(
             flusher.flush()
             synchronize(device)
             if cuda:
-                start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+                start, middle, end = (_Event(enable_timing=True) for _ in range(3))
                 first_sight = iteration < len(main)
                 spin = SPIN_CYCLES if first_sight else cycles
                 queued0 = _perf_counter()
                 if _cuda_spin is not None:  # without it the host's launch latency stays in (never less)
                     _cuda_spin(spin)
-                middle = _Event(enable_timing=True)
                 _event_record(start)
                 cpu0, wall0 = process_cpu_s(), _perf_counter()
                 out = fn(*buffers)
