@@ -90,8 +90,9 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
     def fresh(values: list[Any]) -> list[Any]:
         """A private copy for one use, kept alive after it (up to ``hold_bytes`` of them, the oldest
         let go first): no two uses close together share an address, so a cache keyed on data
-        pointers sees every input as new (and is caught by the timing checks); GPU-sized sets are not
-        held (a stale answer from a pointer-keyed cache is still a wrong answer to new values)."""
+        pointers sees every input as new (and is caught by the timing checks); a GPU-sized set is
+        held only until the next (a stale answer from a pointer-keyed cache is still a wrong answer
+        to new values)."""
         with judge_ops():
             copy = fresh_copy(values, device)
         size = sum(v.numel() * v.element_size() for v in copy if type(v) is torch.Tensor)

@@ -87,7 +87,7 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
     trials = []
     for index, (config, _) in enumerate(seeds["trials"]):
         trials.append(run(config, trial_inputs[index]))
-        send.pause("checkpoint", step="trial")  # run() ends with a copy to the CPU: nothing left queued
+        send.pause("checkpoint", step="trial")  # run() ends reading its results on the host: nothing queued
     # Timing inputs are checked against the fp32 reference (float64 is needed for the trials only):
     # whole where the candidate keeps them whole, by fingerprint everywhere.
     rotation_inputs = JustInTime(lambda seed: make_inputs(task, seed, device), seeds["rotations"])
