@@ -83,8 +83,7 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
     sys.modules.pop("kernelcourt_task", None)
     measure.synchronize(device)
     send.pause("prepared")
-    held: list[list[Any]] = []
-    held_bytes = [0]
+    held: list[tuple[list[Any], int]] = []  # (copy, its bytes), oldest first
     hold_limit = int(setup["hold_bytes"])
 
     def fresh(values: list[Any]) -> list[Any]:
@@ -95,12 +94,9 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
         to new values)."""
         with judge_ops():
             copy = fresh_copy(values, device)
-        size = sum(v.numel() * v.element_size() for v in copy if type(v) is torch.Tensor)
-        held.append(copy)
-        held_bytes[0] += size
-        while len(held) > 1 and held_bytes[0] > hold_limit:
-            first = held.pop(0)
-            held_bytes[0] -= sum(v.numel() * v.element_size() for v in first if type(v) is torch.Tensor)
+        held.append((copy, sum(v.numel() * v.element_size() for v in copy if type(v) is torch.Tensor)))
+        while len(held) > 1 and sum(size for _, size in held) > hold_limit:
+            held.pop(0)
         return copy
 
     inline.install()  # the same sources as the compile phase built: the build is found, not redone
