@@ -9,7 +9,8 @@
 #               also as $OUT/junit.xml; TESTS=tests/gpu_workers tests/training tests/agent on a node without the web extras
 #   sweep       KernelBench identity sweep (bench/kernelbench_sweep.py; KERNELBENCH: the task folder, carried into the
 #               checkout since ../shared does not travel): resumable; its JSONL is $OUT/sweep.jsonl,
-#               seeded from SWEEP_RESUME (a JSONL from an earlier call) so a long sweep spans several calls
+#               seeded from SWEEP_RESUME (a JSONL from an earlier call) or else from the last call's rows on a
+#               warm machine (SWEEP_STATE, /tmp/kc-state/sweep.jsonl), so a long sweep spans several calls
 #   compile     cold compile-and-load, ours against load_inline (bench/compile_speed.py)
 #   throughput  distinct 1M-element candidates through the local pool (bench/throughput.py)
 #   fidelity    the same kernel in 5 separate evaluations, then Nsight Compute on it (eval_timeline, ncu_agreement)
@@ -39,9 +40,14 @@ for s in ${STEPS:-tests sweep}; do
       step tests "${TESTS_S:-300}" python3 -m pytest -p no:cacheprovider -p bench.instafail -v --tb=short --timeout "${TEST_TIMEOUT_S:-150}" -m gpu -rfEs --junitxml "$OUT/junit.xml" \
         ${TESTS:-tests} ;;
     sweep)
-      [ -n "${SWEEP_RESUME:-}" ] && [ -f "$SWEEP_RESUME" ] && cp "$SWEEP_RESUME" "$OUT/sweep.jsonl"
+      # A warm machine keeps /tmp between calls: the sweep's rows (and the kept baselines in the cache)
+      # carry over to the next call without a round trip, unless SWEEP_RESUME names a file to start from.
+      STATE=${SWEEP_STATE:-/tmp/kc-state/sweep.jsonl}; mkdir -p "$(dirname "$STATE")"
+      if [ -n "${SWEEP_RESUME:-}" ] && [ -f "$SWEEP_RESUME" ]; then cp "$SWEEP_RESUME" "$OUT/sweep.jsonl"
+      elif [ -f "$STATE" ]; then cp "$STATE" "$OUT/sweep.jsonl"; fi
       TAIL=30 step sweep "${SWEEP_S:-500}" python3 bench/kernelbench_sweep.py --root "${KERNELBENCH:-$( [ -d shared/kernelbench ] && echo shared/kernelbench || echo ../shared/kernelbench)}" \
-        --device cuda --workers "${SWEEP_WORKERS:-16}" --out "$OUT/sweep.jsonl" ${SWEEP_ARGS:-} ;;
+        --device cuda --workers "${SWEEP_WORKERS:-16}" --out "$OUT/sweep.jsonl" ${SWEEP_ARGS:-}
+      cp "$OUT/sweep.jsonl" "$STATE" 2>/dev/null ;;
     compile)
       step compile "${COMPILE_S:-200}" python3 bench/compile_speed.py --device cuda --candidates 1 --extra-ours 5 ;;
     throughput)
