@@ -6,6 +6,8 @@ from __future__ import annotations
 import gc
 import math
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from .isolation import Fingerprint, JustInTime
@@ -124,7 +126,8 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
             fn = _baseline_callable(name, models[0], device, rotation_inputs)
             buffers = fresh_copy(rotation_inputs[0], device)
             with torch.no_grad():
-                fn(*buffers)  # compile / capture outside the measurement
+                with compiling_apart(send, device, holds=name == "compile_max_autotune"):
+                    fn(*buffers)  # compile / capture outside the measurement
                 send.gpu_alone()
                 send("timing_begin", baseline=name)
                 stats = timing.time_callable(fn, buffers, rotation_inputs, device, keep=(),
@@ -239,6 +242,45 @@ def role_reference(setup: dict[str, Any], send: Sender) -> None:
             torch.cuda.empty_cache()
     except Exception:  # noqa: BLE001 - nothing more may follow the done; the next setup finds out
         pass
+
+
+@contextmanager
+def compiling_apart(send: Sender, device: Any, holds: bool = False) -> Iterator[None]:
+    """Around a baseline's first call: while torch.compile traces and generates code (seconds to a
+    minute of CPU work, no GPU work: the graph is traced with fake tensors), the GPU is let go, so
+    a neighbour's waiting timing is not held back by a compile (a long stretch between pause
+    points holds every timer, and behind the turnstile every evaluation, until it ends); it is
+    taken back, shared, before the compiled code first runs (its launches, Triton's first-run
+    tuning). A compile that tunes on the GPU while it compiles (max-autotune) keeps the GPU."""
+    if holds:
+        yield
+        return
+    try:
+        from torch._dynamo.callback import CallbackTrigger, callback_handler
+    except ImportError:  # a torch without compile callbacks: the compile holds the GPU
+        yield
+        return
+    from . import measure
+
+    def start(args: Any) -> None:
+        if args.callback_trigger == CallbackTrigger.DYNAMO:
+            measure.synchronize(device)  # a pause point: this process's GPU work so far is done
+            send.pause("compiling")
+            started.append(args.compile_id)
+
+    def end(args: Any) -> None:
+        if started and args.compile_id == started[-1]:
+            started.pop()
+            send.pause("compiled")  # the parent takes the GPU back (shared) before its go
+
+    started: list[Any] = []
+    callback_handler.register_start_callback(start)
+    callback_handler.register_end_callback(end)
+    try:
+        yield
+    finally:
+        callback_handler.remove_start_callback(start)
+        callback_handler.remove_end_callback(end)
 
 
 def _baseline_callable(name: str, model, device, rotation_inputs):

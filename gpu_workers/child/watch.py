@@ -199,8 +199,11 @@ class ForwardWatch:
         self._profiler.__exit__(None, None, None)
         own_ops = candidate_ops(registered_ops() - self.before_ops, self.own_roots)
         report["own_ops"] = sorted(own_ops)
-        ops, kernels, elsewhere = forward_activity(self._profiler, self.label)
+        events = list(self._profiler.profiler.kineto_results.events())
+        ops, kernels, elsewhere = attribute(events, self.label)
         report["ops"], report["kernels"], report["other_stream_kernels"] = ops, kernels, elsewhere
+        report["events"] = {"host": sum(_on_cpu(e) for e in events), "device": sum(not _on_cpu(e) for e in events),
+                            "clock_offset_ns": clock_offset(events)}
         allowed = self.allowed_ops
         known = self.before_ops
         for name, count in ops.items():
@@ -217,12 +220,6 @@ class ForwardWatch:
         return report
 
 
-def forward_activity(profiler: Any, label: str) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
-    """(ops, kernels, kernels on other streams) that started inside the ranges named ``label``
-    (``attribute`` over the profiler's events)."""
-    return attribute(list(profiler.profiler.kineto_results.events()), label)
-
-
 def attribute(events: list[Any], label: str) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
     """(ops, kernels, kernels on other streams) that started inside the ranges named ``label``.
 
@@ -231,9 +228,11 @@ def attribute(events: list[Any], label: str) -> tuple[dict[str, int], dict[str, 
     launched it share CUPTI's correlation id, and both link (``linked_correlation_id``) to the
     innermost framework event open on the launching thread. So: the framework events that started
     inside a forward range (any thread, by start time, the ranges themselves included) give the
-    forward's ids, and a kernel is the forward's when it links to one of them. A kernel linked to
-    nothing (launched from a thread with no framework event open, as a native thread of the
-    candidate's would) is the forward's when its runtime call started inside a range. The third
+    forward's ids, and a kernel is the forward's when it links to one of them (a link names the
+    event open when it was launched, so no time need be compared). A kernel linked to nothing
+    (launched from a thread with no framework event open, as a native thread of the candidate's
+    would) is the forward's when its runtime call started inside a range: CUPTI's host timestamps
+    are in its own clock, so they are first put on the framework's (``clock_offset``). The third
     result: forward kernels on a stream none of the judge's own device work (copies, reads,
     fingerprints, all on the timer's stream) ran on."""
     ranges = sorted((e.start_ns(), e.start_ns() + e.duration_ns()) for e in events
@@ -249,25 +248,21 @@ def attribute(events: list[Any], label: str) -> tuple[dict[str, int], dict[str, 
                 hi = mid
         return lo > 0 and t <= ranges[lo - 1][1]
 
+    offset = clock_offset(events)
     ops: dict[str, int] = {}
     forward_ids: set[int] = set()  # framework events inside a range (their own ids)
-    launched_inside: set[int] = set()  # runtime calls inside a range (CUPTI's ids)
-    launched: set[int] = set()  # every runtime call (CUPTI's ids)
+    launched_inside: set[int] = set()  # unlinked runtime calls inside a range (CUPTI's ids)
     device_events = []
     for e in events:
         if not _on_cpu(e):
             device_events.append(e)
             continue
-        runtime = _is_runtime_call(e)  # cudaLaunchKernel, ...: CUPTI's id, linked or not
-        if runtime:
-            launched.add(_own_id(e))
-        if not inside(e.start_ns()):
+        if _is_runtime_call(e):  # cudaLaunchKernel, ...: CUPTI's id, linked or not
+            if not _linked(e) and inside(e.start_ns() - offset):
+                launched_inside.add(_own_id(e))
             continue
-        if runtime:
-            launched_inside.add(_own_id(e))
-            continue
-        if _activity(e) in _CUPTI_HOST_KINDS:  # CUPTI's id too (a synchronisation...): no framework id
-            continue
+        if not _is_framework(e) or not inside(e.start_ns()):
+            continue  # CUPTI's other host activity (a synchronisation...) carries no framework id
         forward_ids.add(_own_id(e))
         if e.name() != label:
             ops[e.name()] = ops.get(e.name(), 0) + 1
@@ -277,13 +272,8 @@ def attribute(events: list[Any], label: str) -> tuple[dict[str, int], dict[str, 
     for e in device_events:
         if e.name() == label or _is_annotation(e):
             continue  # the range's own device-side span
-        link, stream, own = _linked(e), _stream(e), _own_id(e)
-        # Linked to a framework event of the forward's, and (where its launch was recorded) launched
-        # while a range was open: a launch the judge made after the call is never the forward's,
-        # whatever number its link carries.
-        mine = (link in forward_ids and (own in launched_inside or own not in launched)) if link \
-            else own in launched_inside
-        if mine:
+        link, stream = _linked(e), _stream(e)
+        if (link in forward_ids) if link else (_own_id(e) in launched_inside):
             kernels[e.name()] = kernels.get(e.name(), 0) + 1
             forward_streams.append((e.name(), stream))
         elif stream >= 0:
@@ -293,6 +283,16 @@ def attribute(events: list[Any], label: str) -> tuple[dict[str, int], dict[str, 
         if judge_streams and stream >= 0 and stream not in judge_streams:
             elsewhere[name] = elsewhere.get(name, 0) + 1
     return ops, kernels, elsewhere
+
+
+def clock_offset(events: list[Any]) -> int:
+    """Nanoseconds by which CUPTI's host timestamps run ahead of the framework's: the least gap
+    between a linked runtime call and the framework event it links to (which was open when the call
+    began, so the true gap is never negative). 0 with nothing to go on."""
+    starts = {_own_id(e): e.start_ns() for e in events if _on_cpu(e) and _is_framework(e)}
+    gaps = [e.start_ns() - starts[_linked(e)] for e in events
+            if _on_cpu(e) and _linked(e) and _linked(e) in starts]
+    return min(gaps) if gaps else 0
 
 
 def _stream(event: Any) -> int:
@@ -325,10 +325,11 @@ def _linked(event: Any) -> int:
     return _id(event, "linked_correlation_id")
 
 
-# Host-side activity that CUPTI reports (its ids are CUPTI's, never a framework event's) besides the
-# runtime and driver calls: a framework id taken from one of these would match some unrelated
-# operator's kernels (on the H200 the judge's own fingerprints were counted as the forward's).
-_CUPTI_HOST_KINDS = frozenset({"cuda_sync", "overhead", "external_correlation", "cuda_profiler_range"})
+# The framework's own host-side events (their ids are the ones kernels link to). Everything else on
+# the host is CUPTI's (runtime and driver calls, synchronisations, overhead), with CUPTI's ids: a
+# framework id taken from one of those would match some unrelated operator's kernels (on the H200
+# the judge's own fingerprints were counted as the forward's).
+_FRAMEWORK_KINDS = frozenset({"cpu_op", "user_annotation", "cpu_instant_event", "python_function"})
 
 
 def _activity(event: Any) -> str:
@@ -337,6 +338,10 @@ def _activity(event: Any) -> str:
         return str(getter()) if getter is not None else ""
     except (TypeError, ValueError):
         return ""
+
+
+def _is_framework(event: Any) -> bool:
+    return not _linked(event) and _activity(event) in _FRAMEWORK_KINDS
 
 
 def _is_runtime_call(event: Any) -> bool:

@@ -153,6 +153,12 @@ def _messages(request: EvalRequest, hardware: dict[str, Any], profile: str | Non
         timeline.mark(f"reference: {phase} {message.get('baseline') or ''}".rstrip())
         if phase == "want_gpu":
             deadline += grant_alone(gpu, child, timeline, "reference")
+        elif phase == "compiling":  # a baseline's compile: CPU work alone, until "compiled"
+            gpu.release("reference: compiling")
+            child.signal()
+        elif phase == "compiled":
+            deadline += gpu.shared()  # before the compiled code first runs
+            child.signal()
         elif phase == "timing_begin":
             span = TimedSpan(child)
         elif phase == "timing_end":

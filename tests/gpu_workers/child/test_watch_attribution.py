@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from gpu_workers.child.watch import attribute
+from gpu_workers.child.watch import attribute, clock_offset
 
 LABEL = "kernelcourt.forward.test"
 MAIN_THREAD, OTHER_THREAD = 11, 12
@@ -128,16 +128,24 @@ def test_a_synchronisation_inside_the_range_lends_its_cupti_id_to_no_framework_e
     assert ops == {"aten::mul": 1}
 
 
-def test_a_judge_kernel_launched_after_the_call_is_not_the_forwards_whatever_its_link_says():
-    # given a judge kernel whose link carries the number of an op inside the range (however that came
-    # about on a real device), launched by a runtime call after the range closed
+def test_cuptis_host_clock_running_apart_from_the_frameworks_changes_no_attribution():
+    # given CUPTI's host timestamps 5 ms ahead of the framework's (its own clock): a linked launch inside the
+    # range, a native thread's unlinked launch inside it and another after it, and the judge's read after it
+    skew = 5_000_000
+
+    def late(name: str, at: int, cupti_id: int, link: int, thread: int = MAIN_THREAD) -> list[Event]:
+        return [launch(at + skew, cupti_id, link, thread), kernel(name, at + skew + 500, cupti_id, link)]
+
     events = [forward_range(100, 200, own_id=1), op("aten::mul", 110, own_id=3),
-              *launched("mul_kernel", 120, cupti_id=9, link=3),
-              *launched("dot_kernel", 310, cupti_id=12, link=3)]
+              *late("mul_kernel", 120, cupti_id=9, link=3),
+              *late("native_kernel", 150, cupti_id=10, link=0, thread=OTHER_THREAD),
+              *late("native_kernel", 260, cupti_id=11, link=0, thread=OTHER_THREAD),
+              op("aten::sum", 300, own_id=4), *late("judge_reduce_kernel", 301, cupti_id=12, link=4)]
     # when the events are attributed
     _, kernels, _ = attribute(events, LABEL)
-    # then only the kernel launched while the forward ran is its
-    assert kernels == {"mul_kernel": 1}
+    # then the clocks are put together first: each kernel is attributed as it would be with one clock
+    assert clock_offset(events) == skew + 1
+    assert kernels == {"mul_kernel": 1, "native_kernel": 1}
 
 
 def test_a_kernel_launched_directly_inside_the_range_links_to_the_range_and_is_the_forwards():
