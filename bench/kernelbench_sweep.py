@@ -60,16 +60,26 @@ def row_for(key: str, repeat: int, result: Any, wall_s: float) -> dict[str, Any]
     }
 
 
-def _done(out: Path) -> set[tuple[str, int]]:
-    seen: set[tuple[str, int]] = set()
+def _rows(out: Path) -> list[dict[str, Any]]:
+    """The file's rows, the last one of each task and repeat (an evaluation made again replaces the
+    one before it); a line cut short by an interruption is left out."""
+    latest: dict[tuple[str, int], dict[str, Any]] = {}
     if out.exists():
         for line in out.read_text().splitlines():
             try:
                 row = json.loads(line)
-                seen.add((row["task"], int(row.get("repeat", 0))))
-            except (ValueError, KeyError, TypeError):
-                continue  # a line cut short by an interruption is evaluated again
-    return seen
+                latest[(row["task"], int(row.get("repeat", 0)))] = row
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue
+    return list(latest.values())
+
+
+def _done(out: Path) -> set[tuple[str, int]]:
+    """What a resumed sweep need not evaluate again: every row but an infrastructure failure (the
+    evaluator says ``infrastructure:``: a GPU that had no room, a neighbour's out-of-memory), which is
+    no result of the task's."""
+    return {(row["task"], int(row.get("repeat", 0))) for row in _rows(out)
+            if not str(row.get("message", "")).startswith("infrastructure:")}
 
 
 def _plain(task_path: Path, kernel: str, device: str, max_elements: int | None, trials: int) -> dict[str, Any]:
@@ -201,8 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             sink.flush()
             print(f"{task.key} #{repeat}: {result.status} {result.speedup.get('eager')}", file=sys.stderr)
     wall = time.monotonic() - began
-    rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
-    print(summarize(rows, wall, len(todo)))
+    print(summarize(_rows(out), wall, len(todo)))
     return 0
 
 

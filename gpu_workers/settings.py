@@ -44,6 +44,7 @@ class EvaluatorSettings:
     pch: bool = True
     gpu_hold_floor_s: float = 120.0
     device_compare_bytes: int = 256 << 20
+    gpu_memory_wait_s: float = 3600.0
 
     def __post_init__(self) -> None:
         checks = {
@@ -58,6 +59,7 @@ class EvaluatorSettings:
             "cache_dir": bool(self.cache_dir),
             "gpu_hold_floor_s": self.gpu_hold_floor_s >= 0.1,
             "device_compare_bytes": self.device_compare_bytes >= 0,
+            "gpu_memory_wait_s": self.gpu_memory_wait_s >= 1.0,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:

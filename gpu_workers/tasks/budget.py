@@ -105,21 +105,24 @@ def ledger_for(hardware: dict[str, Any]) -> gpumemory.GpuLedger | None:
 
 
 @contextmanager
-def admitted(request: EvalRequest, hardware: dict[str, Any], nbytes: int) -> Iterator[dict[str, Any]]:
-    """Hold this evaluation's announced GPU bytes on its GPU's ledger while it runs (waiting, up to
-    the run's time limit, for room). Yields what the result keeps: bytes, seconds waited, and
-    ``admitted`` (False on the CPU, where nothing is announced). A task larger than the GPU ends the
-    evaluation with a message that gives its bytes."""
+def admitted(request: EvalRequest, hardware: dict[str, Any], nbytes: int, wait_s: float) -> Iterator[dict[str, Any]]:
+    """Hold this evaluation's announced GPU bytes on its GPU's ledger while it runs (waiting up to
+    ``wait_s``, the settings' ``gpu_memory_wait_s``, for room: a queue, not the evaluation's own time,
+    so a large task behind other large tasks waits its turn). Yields what the result keeps: bytes,
+    seconds waited, and ``admitted`` (False on the CPU, where nothing is announced). A task larger
+    than the GPU ends the evaluation with a message that gives its bytes; a GPU that never frees
+    room ends it as an infrastructure failure, never the kernel's verdict."""
     ledger = ledger_for(hardware)
     if ledger is None:
         yield {"admitted": False, "bytes": nbytes}
         return
     try:
-        admission = ledger.admit(nbytes, timeout_s=request.run_timeout_s)
+        admission = ledger.admit(nbytes, timeout_s=wait_s)
     except gpumemory.DoesNotFit as exc:
         raise PhaseFailure("runtime_error", f"the task does not fit on this GPU: {exc}") from None
     except TimeoutError as exc:
-        raise PhaseFailure("timeout", f"waiting for GPU memory: {exc}") from None
+        raise PhaseFailure("runtime_error", f"infrastructure: waiting for GPU memory (not the kernel's verdict): "
+                           f"{exc}") from None
     try:
         yield {"admitted": True, **admission.to_dict()}
     finally:
