@@ -41,19 +41,30 @@ def _phase_seconds(timeline: list[list[Any]]) -> dict[str, float]:
     return out
 
 
+def _short(message: str, keep: int = 900) -> str:
+    """The message's first line and its end (a traceback's error is its last line)."""
+    if len(message) <= keep:
+        return message
+    first = message.split("\n", 1)[0][:200]
+    return f"{first}\n[...]\n{message[-(keep - len(first)):]}"
+
+
 def row_for(key: str, repeat: int, result: Any, wall_s: float) -> dict[str, Any]:
     stats = result.timing_stats or {}
     kernel = stats.get("kernel") or {}
     slot = stats.get("gpu_slot") or {}
     spreads = {name: (stats.get(name) or {}).get("spread_ms") for name in ("kernel", "eager", "compile")}
     return {
-        "task": key, "repeat": repeat, "status": result.status, "message": result.message[:500],
+        "task": key, "repeat": repeat, "status": result.status, "message": _short(result.message),
         "speedup": result.speedup, "timings_ms": result.timings_ms, "spread": spreads,
         "kernel_timed": kernel.get("timed"), "iterations": kernel.get("iterations"),
         "baseline_samples_ms": {n: (stats.get(n) or {}).get("samples_ms") for n in ("eager", "compile")},
         "phases_s": _phase_seconds(stats.get("timeline") or []), "duration_s": result.duration_s,
         "wall_s": round(wall_s, 3), "gpu_exclusive_s": slot.get("exclusive_s"), "gpu_held_s": slot.get("held_s"),
         "gpu_wait_s": slot.get("wait_s"), "cpu_s": stats.get("cpu_s"),
+        # what holds timings back: seconds waited as a timer, and each step's longest stretch of shared hold
+        "gpu_timer_wait_s": slot.get("exclusive_wait_s"), "gpu_timings": slot.get("exclusive_acquisitions"),
+        "gpu_longest_stretch_s": {step: max(v) for step, v in (slot.get("stretches") or {}).items() if v},
         "bytes": (stats.get("sizing") or {}).get("bytes"), "constants": (stats.get("sizing") or {}).get("constants"),
         "speedup_interval": stats.get("speedup_interval"), "memory": stats.get("memory"),
         "retries": stats.get("retries"),
@@ -125,6 +136,15 @@ def summarize(rows: list[dict[str, Any]], wall_s: float | None, evaluated: int) 
         lines.append(f"where an evaluation's time goes (medians, s): held GPU {statistics.median(held):.2f}, "
                      f"waited for it {statistics.median(waits):.2f}, phases end at "
                      + ", ".join(f"{p} {statistics.median(v):.2f}" for p, v in _phase_lists(rows).items()))
+        timer = [r["gpu_timer_wait_s"] for r in rows if r.get("gpu_timer_wait_s") is not None]
+        stretch: dict[str, float] = {}
+        for r in rows:
+            for step, longest in (r.get("gpu_longest_stretch_s") or {}).items():
+                stretch[step] = max(stretch.get(step, 0.0), longest)
+        if timer:
+            lines.append(f"waited as a timer (s/eval): median {statistics.median(timer):.2f}; longest stretches "
+                         "between pause points, by the step that ended them: "
+                         + ", ".join(f"{k} {v:.1f}" for k, v in sorted(stretch.items(), key=lambda kv: -kv[1])[:6]))
         cpu = Counter()
         for r in rows:
             for who, s in (r.get("cpu_s") or {}).items():
@@ -175,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-elements", type=int, default=None, help="scale each task down (a CPU smoke)")
     parser.add_argument("--timing-budget", type=float, default=2.0)
     parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--baselines", default="eager,compile", help="comma-separated (gpu_workers.schema.BASELINES)")
     parser.add_argument("--plain", action="store_true", help="also time each task the plain way")
     parser.add_argument("--plain-trials", type=int, default=100)
     parser.add_argument("--out", required=True)
@@ -198,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         source = task.path.read_text(encoding="utf-8")
         requests.append(EvalRequest(task_source=source, kernel_source=identity_candidate(source), device=args.device,
                                     track="open", task_name=task.key, trials=args.trials,
-                                    timing_budget_s=args.timing_budget, max_elements=args.max_elements))
+                                    timing_budget_s=args.timing_budget, max_elements=args.max_elements,
+                                    baselines=tuple(b for b in args.baselines.split(",") if b)))
     began = time.monotonic()
     with LocalPool(workers=args.workers, gpus=args.gpus) as pool, out.open("a", encoding="utf-8") as sink:
         for index, result in pool.as_completed(requests):

@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from gpu_workers.child.watch import ForwardWatch, attribute, clock_offset
+    from gpu_workers.child.watch import ForwardWatch, attribute
 
     device = torch.device(args.device)
     x = torch.randn(1 << 20, device=device)
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         row["name"] = str(row["name"])[:120]
     ops, kernels, elsewhere = attribute(events, watch.label)
     summary = {"torch": torch.__version__, "label": watch.label, "events": len(rows),
-               "clock_offset_ns": clock_offset(events), "ops": ops, "kernels": kernels, "elsewhere": elsewhere,
+               "ops": ops, "kernels": kernels, "elsewhere": elsewhere,
                "report_kernels": report["kernels"], "library_kernels": report["library_kernels"]}
     Path(args.out).write_text(json.dumps({"summary": summary, "events": rows}, indent=1))
     print(json.dumps(summary, indent=1))

@@ -39,7 +39,7 @@ def perturbation(seed: int, param: Any) -> Any:
     data = param.detach().to("cpu").contiguous()
     digest = hashlib.sha256()
     digest.update(str((seed, tuple(data.shape), str(data.dtype))).encode())
-    digest.update(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"")
+    digest.update(data.reshape(-1).view(torch.uint8).numpy().tobytes() if data.numel() else b"")  # 0-d too
     generator = torch.Generator().manual_seed(int.from_bytes(digest.digest()[:8], "little") & ((1 << 63) - 1))
     wide = torch.float64 if data.dtype == torch.float64 else torch.float32  # no 8-byte copy of a large model
     scale = float(data.abs().mean(dtype=torch.float64)) if data.numel() else 0.0

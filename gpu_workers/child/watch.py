@@ -202,8 +202,7 @@ class ForwardWatch:
         events = list(self._profiler.profiler.kineto_results.events())
         ops, kernels, elsewhere = attribute(events, self.label)
         report["ops"], report["kernels"], report["other_stream_kernels"] = ops, kernels, elsewhere
-        report["events"] = {"host": sum(_on_cpu(e) for e in events), "device": sum(not _on_cpu(e) for e in events),
-                            "clock_offset_ns": clock_offset(events)}
+        report["events"] = {"host": sum(_on_cpu(e) for e in events), "device": sum(not _on_cpu(e) for e in events)}
         allowed = self.allowed_ops
         known = self.before_ops
         for name, count in ops.items():
@@ -224,17 +223,17 @@ def attribute(events: list[Any], label: str) -> tuple[dict[str, int], dict[str, 
     """(ops, kernels, kernels on other streams) that started inside the ranges named ``label``.
 
     Kineto's events carry two id spaces: a host-side event of the framework (an operator, a range)
-    has its own id (``correlation_id``) and no link; a device kernel and the runtime call that
-    launched it share CUPTI's correlation id, and both link (``linked_correlation_id``) to the
-    innermost framework event open on the launching thread. So: the framework events that started
-    inside a forward range (any thread, by start time, the ranges themselves included) give the
-    forward's ids, and a kernel is the forward's when it links to one of them (a link names the
-    event open when it was launched, so no time need be compared). A kernel linked to nothing
-    (launched from a thread with no framework event open, as a native thread of the candidate's
-    would) is the forward's when its runtime call started inside a range: CUPTI's host timestamps
-    are in its own clock, so they are first put on the framework's (``clock_offset``). The third
-    result: forward kernels on a stream none of the judge's own device work (copies, reads,
-    fingerprints, all on the timer's stream) ran on."""
+    has its own id (``correlation_id``) and no link; a device kernel and the runtime or driver call
+    that launched it share CUPTI's correlation id, and both link (``linked_correlation_id``) to the
+    innermost framework event open on the launching thread (to nothing, on a thread with none open,
+    as a native thread of the candidate's). CUPTI's own host records (synchronisations, module
+    loading) come unlinked beside the framework's, and not every torch says which is which. So a
+    kernel is the forward's when the call that launched it (the host event with the same CUPTI id
+    and the same link) started inside a range, whatever thread made it and whenever the kernel ran;
+    a kernel whose call was not recorded is the forward's when it links to a framework event that
+    started inside one. Ops: the unlinked host events that started inside a range (the verdict
+    counts only those the dispatcher knows). The third result: forward kernels on a stream none of
+    the judge's own device work (copies, reads, fingerprints, all on the timer's stream) ran on."""
     ranges = sorted((e.start_ns(), e.start_ns() + e.duration_ns()) for e in events
                     if e.name() == label and _on_cpu(e) and not _linked(e))
 
@@ -248,22 +247,18 @@ def attribute(events: list[Any], label: str) -> tuple[dict[str, int], dict[str, 
                 hi = mid
         return lo > 0 and t <= ranges[lo - 1][1]
 
-    offset = clock_offset(events)
     ops: dict[str, int] = {}
-    forward_ids: set[int] = set()  # framework events inside a range (their own ids)
-    launched_inside: set[int] = set()  # unlinked runtime calls inside a range (CUPTI's ids)
+    opened_inside: set[int] = set()  # own ids of the unlinked host events that started inside a range
+    calls: dict[tuple[int, int], list[int]] = {}  # (own id, link) of a host event -> its start times
     device_events = []
     for e in events:
         if not _on_cpu(e):
             device_events.append(e)
             continue
-        if _is_runtime_call(e):  # cudaLaunchKernel, ...: CUPTI's id, linked or not
-            if not _linked(e) and inside(e.start_ns() - offset):
-                launched_inside.add(_own_id(e))
+        calls.setdefault((_own_id(e), _linked(e)), []).append(e.start_ns())
+        if _linked(e) or not inside(e.start_ns()):
             continue
-        if not _is_framework(e) or not inside(e.start_ns()):
-            continue  # CUPTI's other host activity (a synchronisation...) carries no framework id
-        forward_ids.add(_own_id(e))
+        opened_inside.add(_own_id(e))
         if e.name() != label:
             ops[e.name()] = ops.get(e.name(), 0) + 1
     kernels: dict[str, int] = {}
@@ -273,7 +268,9 @@ def attribute(events: list[Any], label: str) -> tuple[dict[str, int], dict[str, 
         if e.name() == label or _is_annotation(e):
             continue  # the range's own device-side span
         link, stream = _linked(e), _stream(e)
-        if (link in forward_ids) if link else (_own_id(e) in launched_inside):
+        launches = calls.get((_own_id(e), link))
+        mine = any(inside(t) for t in launches) if launches else link in opened_inside
+        if mine:
             kernels[e.name()] = kernels.get(e.name(), 0) + 1
             forward_streams.append((e.name(), stream))
         elif stream >= 0:
@@ -283,16 +280,6 @@ def attribute(events: list[Any], label: str) -> tuple[dict[str, int], dict[str, 
         if judge_streams and stream >= 0 and stream not in judge_streams:
             elsewhere[name] = elsewhere.get(name, 0) + 1
     return ops, kernels, elsewhere
-
-
-def clock_offset(events: list[Any]) -> int:
-    """Nanoseconds by which CUPTI's host timestamps run ahead of the framework's: the least gap
-    between a linked runtime call and the framework event it links to (which was open when the call
-    began, so the true gap is never negative). 0 with nothing to go on."""
-    starts = {_own_id(e): e.start_ns() for e in events if _on_cpu(e) and _is_framework(e)}
-    gaps = [e.start_ns() - starts[_linked(e)] for e in events
-            if _on_cpu(e) and _linked(e) and _linked(e) in starts]
-    return min(gaps) if gaps else 0
 
 
 def _stream(event: Any) -> int:
@@ -323,31 +310,6 @@ def _own_id(event: Any) -> int:
 
 def _linked(event: Any) -> int:
     return _id(event, "linked_correlation_id")
-
-
-# The framework's own host-side events (their ids are the ones kernels link to). Everything else on
-# the host is CUPTI's (runtime and driver calls, synchronisations, overhead), with CUPTI's ids: a
-# framework id taken from one of those would match some unrelated operator's kernels (on the H200
-# the judge's own fingerprints were counted as the forward's).
-_FRAMEWORK_KINDS = frozenset({"cpu_op", "user_annotation", "cpu_instant_event", "python_function"})
-
-
-def _activity(event: Any) -> str:
-    getter = getattr(event, "activity_type", None)
-    try:
-        return str(getter()) if getter is not None else ""
-    except (TypeError, ValueError):
-        return ""
-
-
-def _is_framework(event: Any) -> bool:
-    return not _linked(event) and _activity(event) in _FRAMEWORK_KINDS
-
-
-def _is_runtime_call(event: Any) -> bool:
-    """A host-side call into the device's runtime or driver. Linked ones say so by their link; one
-    made with no framework event open (a native thread) has none and is known by its activity type."""
-    return bool(_linked(event)) or _activity(event).endswith(("_runtime", "_driver"))
 
 
 def _is_annotation(event: Any) -> bool:

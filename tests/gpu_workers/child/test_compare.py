@@ -79,3 +79,30 @@ def test_an_infinite_candidate_value_is_counted_where_the_reference_is_finite():
     c[3] = -float("inf")
     got = compare.compare_outputs([c], [r], [r.double()], 1e-2, 1e-2)
     assert not got.ok and got.reason == "the output has 2 NaN/Inf values where the reference is finite"
+
+
+def test_an_output_at_float32s_noise_floor_is_judged_by_the_tolerance_alone():
+    # given a task whose output is mathematically zero (a mean of normalised values): float64 gives
+    # 1e-17-sized residue, the fp32 reference and an honest fp32 candidate 1e-9-sized noise of their own
+    g = torch.Generator().manual_seed(3)
+    r64 = 1e-17 * torch.randn(N, generator=g, dtype=torch.float64)
+    r = (r64 + 1e-9 * torch.randn(N, generator=g, dtype=torch.float64)).float()
+    honest = (r64 + 1e-9 * torch.randn(N, generator=g, dtype=torch.float64)).float()
+    # when each is compared
+    got = compare.compare_outputs([honest], [r], [r64], 1e-2, 1e-2)
+    # then the honest one passes: its error against float64 is the reference's own, not a wrong answer
+    assert got.ok, got.reason
+    assert got.ref_rel_norm > 1e6 and got.rel_norm < compare.OWN_ERROR_FACTOR * got.ref_rel_norm
+
+
+def test_small_but_meaningful_outputs_still_cannot_be_returned_as_zeros():
+    # given an output of 1e-4-sized values that fp32 computes accurately (atol would pass zeros)
+    g = torch.Generator().manual_seed(4)
+    r64 = 1e-4 * torch.randn(N, generator=g, dtype=torch.float64)
+    r = r64.float()
+    # when a candidate returns zeros, or the values off by 5%
+    zeros = compare.compare_outputs([torch.zeros(N)], [r], [r64], 1e-2, 1e-2)
+    scaled = compare.compare_outputs([r * 1.05], [r], [r64], 1e-2, 1e-2)
+    # then both fail the float64 check, bound by rtol (the reference's own error is far below it)
+    assert not zeros.ok and "rtol=0.01 (near-zero" in zeros.reason
+    assert not scaled.ok

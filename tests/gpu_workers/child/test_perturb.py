@@ -105,3 +105,22 @@ def test_a_parameter_written_in_place_from_perturbed_values_is_derived():
     reference = _build(Reference, 5, 4)
     candidate = _build(CopiesIn, 5, 4)
     assert torch.equal(candidate.w, reference.conv.weight * 2.0)
+
+
+class ScalarWeight(nn.Module):
+    """KernelBench's level2/3: a learned scalar (a 0-dimensional parameter) beside a conv."""
+
+    def __init__(self, c: int):
+        super().__init__()
+        self.conv = nn.Conv2d(c, c, 3)
+        self.sum_weight = nn.Parameter(torch.tensor(1.0))
+
+    def forward(self, x):
+        return self.conv(x) + self.sum_weight
+
+
+def test_a_zero_dimensional_parameter_is_perturbed_like_any_other():
+    plain = (torch.manual_seed(7), ScalarWeight(4))[1]
+    perturbed = _build(ScalarWeight, 123, 4)
+    assert perturbed.sum_weight.dim() == 0 and not torch.equal(plain.sum_weight, perturbed.sum_weight)
+    assert torch.equal(_build(ScalarWeight, 123, 4).sum_weight, perturbed.sum_weight)

@@ -9,9 +9,11 @@ spaces are counted separately, so the same number turns up in both, as it does o
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
-from gpu_workers.child.watch import attribute, clock_offset
+from gpu_workers.child.watch import attribute
 
 LABEL = "kernelcourt.forward.test"
 MAIN_THREAD, OTHER_THREAD = 11, 12
@@ -123,29 +125,74 @@ def test_a_synchronisation_inside_the_range_lends_its_cupti_id_to_no_framework_e
     # when the events are attributed
     ops, kernels, _ = attribute(events, LABEL)
     # then the judge's kernel is not the forward's (on the H200 such a collision counted the judge's
-    # fingerprints as the candidate's library compute), and the synchronisation is no operator
+    # fingerprints as the candidate's library compute); the synchronisation is a host event of the
+    # forward's, which the verdict does not count as an operator (the dispatcher does not know it)
     assert kernels == {"mul_kernel": 1}
-    assert ops == {"aten::mul": 1}
+    assert ops == {"aten::mul": 1, "cudaStreamSynchronize": 1}
 
 
-def test_cuptis_host_clock_running_apart_from_the_frameworks_changes_no_attribution():
-    # given CUPTI's host timestamps 5 ms ahead of the framework's (its own clock): a linked launch inside the
-    # range, a native thread's unlinked launch inside it and another after it, and the judge's read after it
-    skew = 5_000_000
-
-    def late(name: str, at: int, cupti_id: int, link: int, thread: int = MAIN_THREAD) -> list[Event]:
-        return [launch(at + skew, cupti_id, link, thread), kernel(name, at + skew + 500, cupti_id, link)]
-
+def test_a_judge_kernel_whose_link_names_an_op_of_the_forwards_is_known_by_its_launch_after_the_call():
+    # given a judge kernel whose link carries the number of an op inside the range (however that came
+    # about on a real device), launched by a runtime call after the range closed
     events = [forward_range(100, 200, own_id=1), op("aten::mul", 110, own_id=3),
-              *late("mul_kernel", 120, cupti_id=9, link=3),
-              *late("native_kernel", 150, cupti_id=10, link=0, thread=OTHER_THREAD),
-              *late("native_kernel", 260, cupti_id=11, link=0, thread=OTHER_THREAD),
-              op("aten::sum", 300, own_id=4), *late("judge_reduce_kernel", 301, cupti_id=12, link=4)]
+              *launched("mul_kernel", 120, cupti_id=9, link=3),
+              *launched("dot_kernel", 310, cupti_id=12, link=3)]
     # when the events are attributed
     _, kernels, _ = attribute(events, LABEL)
-    # then the clocks are put together first: each kernel is attributed as it would be with one clock
-    assert clock_offset(events) == skew + 1
-    assert kernels == {"mul_kernel": 1, "native_kernel": 1}
+    # then only the kernel launched while the forward ran is its
+    assert kernels == {"mul_kernel": 1}
+
+
+def test_the_records_of_a_real_h200_are_attributed_call_by_call():
+    # given what the profiler recorded on an H200 for three watched calls (bench/watch_events.py): torch
+    # 2.11's events carry no activity type, CUPTI's module-loading records carry framework ids, and
+    # CUPTI's and the framework's ids overlap (the relu's kernel has CUPTI id 24, the judge's as_strided op
+    # framework id 24)
+    recorded = json.loads((Path(__file__).parent / "data" / "h200_watch_events.json").read_text())
+    events = [Recorded(dict(zip(recorded["fields"], row))) for row in recorded["events"]]
+    # when they are attributed
+    ops, kernels, elsewhere = attribute(events, recorded["label"])
+    # then every call's elementwise kernels and cuBLAS launches are the forward's, and none of the judge's
+    # reads (reductions, the add, the memset and copy of .item()) is
+    elementwise = [n for n in kernels if "vectorized_elementwise" in n]
+    gemm = [n for n in kernels if "gemm" in n]
+    assert sum(kernels[n] for n in elementwise) == 6 and sum(kernels[n] for n in gemm) == 6
+    assert set(kernels) == set(elementwise) | set(gemm)
+    assert {k: ops[k] for k in ("aten::mul", "aten::relu", "aten::clamp_min", "aten::matmul", "aten::mm")} == \
+        {"aten::mul": 3, "aten::relu": 3, "aten::clamp_min": 3, "aten::matmul": 3, "aten::mm": 3}
+    assert not {"aten::sum", "aten::add", "aten::item"} & set(ops)
+    assert elsewhere == {}
+
+
+class Recorded:
+    """One recorded event, with the methods of torch's _KinetoEvent that the attribution reads."""
+
+    def __init__(self, fields: dict):
+        self.f = fields
+
+    def name(self) -> str:
+        return self.f["name"]
+
+    def start_ns(self) -> int:
+        return self.f["start_ns"]
+
+    def duration_ns(self) -> int:
+        return self.f["duration_ns"]
+
+    def device_type(self) -> str:
+        return self.f["device_type"]
+
+    def correlation_id(self) -> int:
+        return self.f["correlation_id"]
+
+    def linked_correlation_id(self) -> int:
+        return self.f["linked_correlation_id"]
+
+    def device_resource_id(self) -> int:
+        return self.f["device_resource_id"]
+
+    def is_user_annotation(self) -> bool:
+        return self.f["is_user_annotation"]
 
 
 def test_a_kernel_launched_directly_inside_the_range_links_to_the_range_and_is_the_forwards():
@@ -169,8 +216,8 @@ def test_an_unlinked_kernel_is_the_forwards_when_its_runtime_call_started_inside
     events += [op("aten::sum", 300, own_id=8), *launched("judge_reduce_kernel", 310, cupti_id=30, link=8)]
     # when the events are attributed
     ops, kernels, _ = attribute(events, LABEL)
-    # then only the launch made inside the range counts, and its CUPTI id is not taken for an op of the forward's
-    assert ops == {}
+    # then only the launch made inside the range counts, and the judge's op is not the forward's
+    assert "aten::sum" not in ops
     assert kernels == {"native_kernel": 1}
 
 
