@@ -191,11 +191,18 @@ def shrink(task: types.ModuleType, constants: dict[str, int], max_elements: int)
         if forward:
             try:
                 sizes = measure(task)
-            except SizeError:
-                raise
-            except Exception as exc:  # noqa: BLE001
-                raise SizeError(f"the task does not run on the meta device: {type(exc).__name__}: "
-                                f"{str(exc)[:300]}") from None
+            except Exception:  # noqa: BLE001 - the first pass's halvings built the model but broke its forward
+                # (a shape constant that follows another one, as bias_shape = (out_channels, 1, 1)
+                # does): start again from the task's own sizes, running the forward at every step
+                values = dict(constants)
+                apply_constants(task, values)
+                try:
+                    sizes = measure(task)
+                except SizeError:
+                    raise
+                except Exception as exc:  # noqa: BLE001
+                    raise SizeError(f"the task does not run on the meta device: {type(exc).__name__}: "
+                                    f"{str(exc)[:300]}") from None
         frozen: set[str] = set()
         for _ in range(_MAX_STEPS):
             if sizes.max_elements <= max_elements:

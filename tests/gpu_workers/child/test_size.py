@@ -93,3 +93,27 @@ def test_forward_without_meta_kernel_is_refused_when_large():
               "def get_init_inputs():\n    return []\n")
     with pytest.raises(SizeError, match="does not run on the meta device"):
         size_task(source, None, None)
+
+
+def test_a_shape_constant_that_follows_another_is_scaled_only_where_the_forward_still_runs():
+    # given a task whose bias shape repeats the channel count in a tuple of its own (as KernelBench's
+    # level2 conv tasks do): halving out_channels builds the model but breaks the forward
+    source = ("import torch\nfrom torch import nn\n"
+              "class Model(nn.Module):\n"
+              "    def __init__(self, cin, cout, k, bias_shape):\n"
+              "        super().__init__()\n"
+              "        self.conv = nn.Conv2d(cin, cout, k)\n"
+              "        self.bias = nn.Parameter(torch.randn(bias_shape))\n"
+              "    def forward(self, x):\n"
+              "        return torch.relu(self.conv(x)) + self.bias\n"
+              "batch_size = 128\nin_channels = 64\nout_channels = 128\nheight = width = 128\nkernel_size = 3\n"
+              "bias_shape = (out_channels, 1, 1)\n"
+              "def get_inputs():\n    return [torch.rand(batch_size, in_channels, height, width)]\n"
+              "def get_init_inputs():\n    return [in_channels, out_channels, kernel_size, bias_shape]\n")
+    # when it is scaled under a bound
+    sized = size_task(source, None, 16384)
+    # then every tensor fits and the forward runs at the constants chosen
+    assert max(sized["bytes"]["largest"].values()) <= 16384
+    module = load_task_module(source, None)
+    apply_constants(module, sized["constants"])
+    assert measure(module).largest == sized["bytes"]["largest"]
