@@ -7,7 +7,7 @@ import gc
 import math
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from .isolation import Fingerprint, JustInTime
@@ -126,7 +126,9 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
             fn = _baseline_callable(name, models[0], device, rotation_inputs)
             buffers = fresh_copy(rotation_inputs[0], device)
             with torch.no_grad():
-                with compiling_apart(send, device, holds=name == "compile_max_autotune"):
+                # a compile that tunes on the GPU while it compiles (max-autotune) keeps the GPU
+                with compiling_apart(send, device) if name in ("compile", "compile_reduce_overhead") \
+                        else nullcontext():
                     fn(*buffers)  # compile / capture outside the measurement
                 send.gpu_alone()
                 send("timing_begin", baseline=name)
@@ -245,16 +247,13 @@ def role_reference(setup: dict[str, Any], send: Sender) -> None:
 
 
 @contextmanager
-def compiling_apart(send: Sender, device: Any, holds: bool = False) -> Iterator[None]:
+def compiling_apart(send: Sender, device: Any) -> Iterator[None]:
     """Around a baseline's first call: while torch.compile traces and generates code (seconds to a
     minute of CPU work, no GPU work: the graph is traced with fake tensors), the GPU is let go, so
     a neighbour's waiting timing is not held back by a compile (a long stretch between pause
     points holds every timer, and behind the turnstile every evaluation, until it ends); it is
     taken back, shared, before the compiled code first runs (its launches, Triton's first-run
-    tuning). A compile that tunes on the GPU while it compiles (max-autotune) keeps the GPU."""
-    if holds:
-        yield
-        return
+    tuning)."""
     try:
         from torch._dynamo.callback import CallbackTrigger, callback_handler
     except ImportError:  # a torch without compile callbacks: the compile holds the GPU

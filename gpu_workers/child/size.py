@@ -34,6 +34,7 @@ class TaskBytes:
     parameter_bytes: int = 0
     largest: dict[str, int] = field(default_factory=dict)  # kind -> elements of its largest tensor
     how: str = "meta"  # "meta", or "cpu" where the forward has no meta kernel and the task is small
+    flops: int | None = None  # one forward's FLOPs (torch's FlopCounterMode, from the shapes alone)
 
     @property
     def total_bytes(self) -> int:
@@ -48,8 +49,8 @@ class TaskBytes:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TaskBytes:
-        return cls(**{k: data[k] for k in ("input_bytes", "output_bytes", "parameter_bytes", "largest", "how")
-                      if k in data})
+        return cls(**{k: data[k] for k in ("input_bytes", "output_bytes", "parameter_bytes", "largest", "how",
+                                            "flops") if k in data})
 
 
 def constant_names(source: str) -> list[str]:
@@ -148,17 +149,32 @@ def measure(task: types.ModuleType, forward: bool = True, real_limit: int = 1 <<
         return sizes
     try:
         with torch.no_grad():
-            out = model(*[t.to("meta") if isinstance(t, torch.Tensor) else t for t in inputs])
+            out, sizes.flops = _counted(model, [t.to("meta") if isinstance(t, torch.Tensor) else t for t in inputs])
     except Exception as exc:  # noqa: BLE001 - an op without a meta kernel, or a data-dependent shape
         if max(in_largest, p_largest) > real_limit:
             raise SizeError(f"the task's forward does not run on the meta device ({type(exc).__name__}: "
                             f"{str(exc)[:200]}) and its tensors are too large to run it on the CPU") from None
         torch.manual_seed(0)
         with torch.no_grad():
-            out = task.Model(*task.get_init_inputs())(*task.get_inputs())
+            out, sizes.flops = _counted(task.Model(*task.get_init_inputs()), list(task.get_inputs()))
         sizes.how = "cpu"
     sizes.output_bytes, sizes.largest["output"] = _weigh(_tensors(out))
     return sizes
+
+
+def _counted(model: Any, inputs: list[Any]) -> tuple[Any, int | None]:
+    """The forward's outputs and its FLOPs, counted from the shapes as it runs: the roofline floor's
+    count, made here (outside any GPU slot, once per task and bound) rather than by the reference
+    child while it holds the GPU. A forward the counter cannot follow runs again without it."""
+    try:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        counter = FlopCounterMode(display=False)
+        with counter:
+            out = model(*inputs)
+        return out, int(counter.get_total_flops())
+    except Exception:  # noqa: BLE001 - the count is an extra; the forward's own failure shows below
+        return model(*inputs), None
 
 
 def _try(task: types.ModuleType, values: dict[str, int], forward: bool) -> TaskBytes | None:

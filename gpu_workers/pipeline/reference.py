@@ -69,6 +69,8 @@ def run_reference(request: EvalRequest, hardware: dict[str, Any], profile: str |
             wanted.append(name)
     flops_path = task_fact_path(request, hardware, profile, "flops")
     flops_cached = taskfacts.load_flops(flops_path)
+    if flops_cached is None and (sizing.get("bytes") or {}).get("flops") is not None:
+        flops_cached = int(sizing["bytes"]["flops"])  # counted on the meta device while sizing the task
     setup = {"task_source": request.task_source, "profile": profile, "constants": sizing["constants"],
              "device": device_string(request),
              "seeds": seeds, "baselines": wanted, "count_flops": flops_cached is None,

@@ -117,3 +117,13 @@ def test_a_shape_constant_that_follows_another_is_scaled_only_where_the_forward_
     module = load_task_module(source, None)
     apply_constants(module, sized["constants"])
     assert measure(module).largest == sized["bytes"]["largest"]
+
+
+def test_the_forwards_flops_are_counted_from_the_shapes_while_sizing(kernelbench):
+    # given the published square matmul (N = 4096)
+    module = load_task_module((kernelbench / "level1" / "1_Square_matrix_multiplication_.py").read_text(), None)
+    n = module.N
+    # when it is measured on the meta device
+    sizes = measure(module)
+    # then its FLOP count is the matmul's, with no memory allocated for it
+    assert sizes.flops == 2 * n ** 3 and sizes.how == "meta"
