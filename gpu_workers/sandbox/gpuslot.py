@@ -13,7 +13,15 @@ evaluations' reference and candidate work (their compiles are not held back), so
 for a task and a candidate timed later are not measured under unlike loads from the evaluator itself.
 
 A turnstile gives a waiting timer priority: while one waits, no new shared holder enters, so the
-holders drain and the timer gets the GPU. Holders need not drain whole phases: a child reports
+holders drain and the timer gets the GPU. Work shut out by timings is let in as a whole between
+them: a timer that arrives while shared holders are waiting (behind another timing) first lets
+them in (they hold the ``waiting`` file shared while they wait; the timer waits, up to
+``YIELD_MAX_S``, until none does). Without that, after each timing only the few holders that won
+the race for the turnstile got in before the next timer closed it, and on a busy GPU (16
+evaluations of KernelBench tasks on an H200) the GPU ran about one evaluation's work at a time
+between timings: 1.8 holders on average, with 103 s of every evaluation spent waiting. Let in
+together, the holders' CPU work overlaps and the next timer drains them all at once; queued timers
+still run back to back. Holders need not drain whole phases: a child reports
 *pause points* (its GPU work so far synchronised, e.g. after each correctness trial) and waits there
 for its parent's go; at each one the parent steps aside if a timer is waiting (``pause_point``:
 a waiting timer holds the ``want`` file shared, so a non-blocking exclusive try shows it) and takes
@@ -80,6 +88,9 @@ class SlotUse:
                 "overrun": dict(self.overrun) if self.overrun else None}
 
 
+YIELD_MAX_S = 10.0  # a timer lets waiting work in first for at most this long (a bound, not a wait)
+_YIELD_POLL_S = 0.001
+
 HOLD_FACTOR = 50.0  # a candidate's stretch may take this many times the reference's time for its work
 
 
@@ -108,7 +119,7 @@ class GpuSlot:
     def __init__(self, hardware: dict[str, Any], use: SlotUse | None = None):
         self.active = True
         self.use = use if use is not None else SlotUse()
-        self._lock = self._turnstile = self._want = -1
+        self._lock = self._turnstile = self._want = self._waiting = self._yield = -1
         self._seats: list[int] = []
         self._seat = -1  # the seat descriptor held while shared, when seats are capped
         self._mode = 0  # 0: none, LOCK_SH or LOCK_EX
@@ -121,6 +132,8 @@ class GpuSlot:
             self._lock = os.open(folder / f"gpu-{name}.lock", os.O_CREAT | os.O_RDWR, 0o600)
             self._turnstile = os.open(folder / f"gpu-{name}.turnstile", os.O_CREAT | os.O_RDWR, 0o600)
             self._want = os.open(folder / f"gpu-{name}.want", os.O_CREAT | os.O_RDWR, 0o600)
+            self._waiting = os.open(folder / f"gpu-{name}.waiting", os.O_CREAT | os.O_RDWR, 0o600)
+            self._yield = os.open(folder / f"gpu-{name}.yield", os.O_CREAT | os.O_RDWR, 0o600)
             self._seats = [os.open(folder / f"gpu-{name}.seat{i}", os.O_CREAT | os.O_RDWR, 0o600)
                            for i in range(shared_max())]
 
@@ -144,11 +157,33 @@ class GpuSlot:
             fcntl.flock(self._seat, fcntl.LOCK_UN)
             self._seat = -1
 
+    def _let_waiting_work_in(self) -> None:
+        """Before queueing as a timer: while shared holders wait (shut out by another timing), wait
+        until they are in (bounded by ``YIELD_MAX_S``), holding ``yield`` shared meanwhile (what the
+        tests and an operator see). ``want`` is not held yet, so no holder pauses for this timer."""
+        fcntl.flock(self._yield, fcntl.LOCK_SH)
+        try:
+            deadline = time.monotonic() + YIELD_MAX_S
+            while True:
+                try:
+                    fcntl.flock(self._waiting, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        return
+                    time.sleep(_YIELD_POLL_S)
+                    continue
+                fcntl.flock(self._waiting, fcntl.LOCK_UN)
+                return
+        finally:
+            fcntl.flock(self._yield, fcntl.LOCK_UN)
+
     def _take(self, mode: int) -> float:
         asked = time.monotonic()
         if mode == fcntl.LOCK_SH:
             self._take_seat()
+            fcntl.flock(self._waiting, fcntl.LOCK_SH)  # a timer arriving now lets this one in first
         else:
+            self._let_waiting_work_in()
             fcntl.flock(self._want, fcntl.LOCK_SH)  # holders see a timer waiting at their next pause point
         try:
             fcntl.flock(self._turnstile, fcntl.LOCK_EX)  # behind any timer already waiting
@@ -157,8 +192,7 @@ class GpuSlot:
             finally:
                 fcntl.flock(self._turnstile, fcntl.LOCK_UN)
         finally:
-            if mode == fcntl.LOCK_EX:
-                fcntl.flock(self._want, fcntl.LOCK_UN)
+            fcntl.flock(self._want if mode == fcntl.LOCK_EX else self._waiting, fcntl.LOCK_UN)
         got = time.monotonic()
         self.use.wait_s += got - asked
         if mode == fcntl.LOCK_EX:
@@ -233,7 +267,7 @@ class GpuSlot:
     def close(self) -> None:
         if self.active:
             self._drop()
-            for handle in (self._lock, self._turnstile, self._want, *self._seats):
+            for handle in (self._lock, self._turnstile, self._want, self._waiting, self._yield, *self._seats):
                 os.close(handle)
             self.active = False
 

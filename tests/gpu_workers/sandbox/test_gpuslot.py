@@ -45,6 +45,14 @@ def _until(condition) -> None:
     raise AssertionError("the slot never reached the state waited for")
 
 
+def _shared_holds(hardware, part: str) -> int:
+    """How many shared locks (granted, not waiting) the kernel lists on this lock file of the slot."""
+    inode = os.stat(cache_root() / "locks" / f"gpu-{slot_name(hardware)}.{part}").st_ino
+    with open("/proc/locks") as table:
+        return sum(1 for line in table if "->" not in line and " FLOCK " in f" {line} " and " READ " in line
+                   and line.split()[5].endswith(f":{inode}"))
+
+
 def _timer_first_in_line(hardware) -> None:
     _until(lambda: _held_by_another(hardware, "turnstile"))
 
@@ -298,3 +306,30 @@ def test_stretches_say_which_step_held_a_timer_back_and_a_release_lets_it_in_at_
     assert set(use.stretches) == {"short", "long", "end"}
     assert order == ["released", "timer", "back"]  # in at the release; the holder came back after it
     assert timer_use.exclusive_wait_s > 0.0 and use.exclusive_wait_s == 0.0
+
+
+def test_work_shut_out_by_a_timing_is_let_in_as_a_whole_before_the_next_timing():
+    # given a timing in progress, two holders' work waiting behind it, and a second timer arriving then
+    log: list = []
+    inside, done = threading.Event(), threading.Event()
+    first = _thread(H200_A, log, "timing-1", "exclusive", inside=inside, release=done)
+    assert inside.wait(WAIT_S)
+    work_in = [threading.Event(), threading.Event()]
+    work_done = threading.Event()
+    work = [_thread(H200_A, log, f"work-{i}", "shared", inside=work_in[i], release=work_done) for i in range(2)]
+
+    _until(lambda: _shared_holds(H200_A, "waiting") == 2)  # each waiting holder holds the file shared
+    second = _thread(H200_A, log, "timing-2", "exclusive")
+    _until(lambda: _held_by_another(H200_A, "yield"))  # the second timer lets the waiting work in first
+    # when the first timing ends
+    done.set()
+    for event in work_in:
+        assert event.wait(WAIT_S)
+    work_done.set()
+    for t in (first, *work, second):
+        t.join()
+    # then both holders got in before the second timing, which ran alone after them
+    entered = [label for label, kind in log if kind == "in"]
+    assert entered[0] == "timing-1" and entered[-1] == "timing-2"
+    assert sorted(entered[1:3]) == ["work-0", "work-1"]
+    assert _most_inside(log) == 2
