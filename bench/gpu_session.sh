@@ -15,6 +15,7 @@
 #   throughput  distinct 1M-element candidates through the local pool (bench/throughput.py)
 #   fidelity    the same kernel in 5 separate evaluations, then Nsight Compute on it (eval_timeline, ncu_agreement)
 #   train       one GRPO and one PPO step of a randomly initialised model (bench/train_step.py)
+#   watch       the profiler's records of a watched forward, event by event (bench/watch_events.py)
 # The default is "tests sweep". Variables: SWEEP_WORKERS (16), SWEEP_ARGS (extra arguments), TP_WORKERS (16),
 # TP_N (80 candidates).
 set -uo pipefail
@@ -64,7 +65,9 @@ for s in ${STEPS:-tests sweep}; do
         --batch 8 --lora 64
       step train_7b_lora "${TRAIN_S:-200}" python3 bench/train_step.py --device cuda --shape qwen2-7b --seq 16384 \
         --batch 8 --lora 64 ;;
-    *) echo "unknown step $s (tests sweep compile throughput fidelity train)"; exit 2 ;;
+    watch)
+      step watch "${WATCH_S:-60}" python3 bench/watch_events.py --device cuda --out "$OUT/watch_events.json" ;;
+    *) echo "unknown step $s (tests sweep compile throughput fidelity train watch)"; exit 2 ;;
   esac
 done
 exit 0

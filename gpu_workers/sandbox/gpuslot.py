@@ -19,7 +19,7 @@ them in (they hold the ``waiting`` file shared while they wait; the timer waits,
 ``YIELD_MAX_S``, until none does). Without that, after each timing only the few holders that won
 the race for the turnstile got in before the next timer closed it, and on a busy GPU (16
 evaluations of KernelBench tasks on an H200) the GPU ran about one evaluation's work at a time
-between timings: 1.8 holders on average, with 103 s of every evaluation spent waiting. Let in
+between timings: 1.8 holders on average, and a median 103 s of each evaluation spent waiting. Let in
 together, the holders' CPU work overlaps and the next timer drains them all at once; queued timers
 still run back to back. Holders need not drain whole phases: a child reports
 *pause points* (its GPU work so far synchronised, e.g. after each correctness trial) and waits there
