@@ -57,6 +57,7 @@ def row_for(key: str, repeat: int, result: Any, wall_s: float) -> dict[str, Any]
     return {
         "task": key, "repeat": repeat, "status": result.status, "message": _short(result.message),
         "speedup": result.speedup, "timings_ms": result.timings_ms, "spread": spreads,
+        "findings": [{"rule": f.rule, "severity": f.severity} for f in result.findings],
         "kernel_timed": kernel.get("timed"), "iterations": kernel.get("iterations"),
         "baseline_samples_ms": {n: (stats.get(n) or {}).get("samples_ms") for n in ("eager", "compile")},
         "phases_s": _phase_seconds(stats.get("timeline") or []), "duration_s": result.duration_s,
@@ -118,6 +119,9 @@ def summarize(rows: list[dict[str, Any]], wall_s: float | None, evaluated: int) 
     lines = [f"rows: {len(rows)}   statuses: {dict(Counter(r['status'] for r in rows))}"]
     passed = [r for r in rows if r["status"] == "passed"]
     lines.append(f"passed: {len(passed)} of {len(rows)}")
+    flagged = Counter(f"{f['rule']} ({f['severity']})" for r in rows for f in r.get("findings") or [])
+    if flagged:  # an identity candidate is honest: every finding on one is the evaluator's false alarm
+        lines.append("findings on identity candidates: " + ", ".join(f"{k} x{v}" for k, v in flagged.most_common()))
     eager = [r["speedup"].get("eager") for r in passed if r["speedup"].get("eager")]
     if eager:
         off = [abs(s - 1.0) for s in eager]
