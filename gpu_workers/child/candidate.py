@@ -70,7 +70,7 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
     trace_enabled = bool(setup.get("trace_ops", True))
     # The inputs, from the secret seeds, before any candidate code exists in this process.
     task = load_task_module(setup["task_source"], setup.get("profile"))
-    apply_constants(task, setup.get("constants"))
+    apply_constants(task, setup.get("constants"), setup["task_source"])
     seeds = setup["seeds"]
     # Every input set is made from its seed as the judge reaches it (isolation.JustInTime): none exists
     # while the candidate imports or runs before its turn, and at most one set is held at a time. One
@@ -123,7 +123,7 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
         module = exec_source(setup["kernel_source"], "kernelcourt_candidate", "<kernel>")
         # A candidate file that copies the task's size constants (level3's recurrent tasks read
         # batch_size in __init__) gets the scaled ones too, as the task's inputs do.
-        apply_constants(module, setup.get("constants"))
+        apply_constants(module, setup.get("constants"), setup["kernel_source"])
         model_cls = module.ModelNew
         measure.synchronize(device)  # whatever the import queued: nothing is left on the GPU at the pause
     except BaseException as exc:  # noqa: BLE001

@@ -29,7 +29,7 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
     device = device_for(setup)
     prepare_torch(setup)
     task = load_task_module(setup["task_source"], setup.get("profile"))
-    apply_constants(task, setup.get("constants"))
+    apply_constants(task, setup.get("constants"), setup["task_source"])
     seeds = setup["seeds"]
 
     torch.manual_seed(seeds["init"][0])

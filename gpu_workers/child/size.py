@@ -10,6 +10,7 @@ scaled constants overwrite the module's globals after it is loaded, as a size pr
 from __future__ import annotations
 
 import ast
+import functools
 import types
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -75,6 +76,54 @@ def constant_names(source: str) -> list[str]:
     return names
 
 
+_SIZE_EXPRESSION = (ast.Tuple, ast.List, ast.Name, ast.Constant, ast.BinOp, ast.UnaryOp, ast.Subscript, ast.Slice,
+                    ast.expr_context, ast.operator, ast.unaryop)
+
+
+def _assigned(node: ast.stmt) -> list[str]:
+    names: list[str] = []
+
+    def take(target: ast.expr) -> None:
+        if isinstance(target, ast.Name):
+            names.append(target.id)
+        elif isinstance(target, ast.Tuple | ast.List):
+            for element in target.elts:
+                take(element)
+
+    for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+        take(target)
+    return names
+
+
+@functools.lru_cache(maxsize=16)
+def _derivations(source: str) -> tuple[tuple[tuple[str, ...], ast.Module], ...]:
+    """The module-level assignments that compute a size from earlier module-level names with
+    arithmetic and tuples alone (``bias_shape = (out_channels, 1, 1)``, ``input_shape =
+    (num_classes,)``, ``dim = batch * 2``): the names each assigns and its statement, in
+    file order (their syntax trees). They follow their inputs when constants are scaled, rather than being scaled apart
+    (a class count halved in the predictions' shape but not in the targets' range is another task)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return ()
+    seen: set[str] = set()
+    found = []
+    for node in tree.body:
+        if not isinstance(node, ast.Assign | ast.AnnAssign) or node.value is None:
+            continue
+        names = _assigned(node)
+        reads = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
+        if reads & seen and all(isinstance(n, _SIZE_EXPRESSION) for n in ast.walk(node.value)):
+            found.append((tuple(names), ast.Module(body=[node], type_ignores=[])))
+        seen.update(names)
+    return tuple(found)
+
+
+def derived_names(source: str) -> set[str]:
+    """Names whose value ``_derivations`` computes from others (never scaled on their own)."""
+    return {name for names, _ in _derivations(source) for name in names}
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -93,9 +142,11 @@ def size_constants(module: types.ModuleType, names: list[str]) -> dict[str, int]
     return found
 
 
-def apply_constants(module: types.ModuleType, constants: dict[str, int] | None) -> None:
+def apply_constants(module: types.ModuleType, constants: dict[str, int] | None, source: str | None = None) -> None:
     """Overwrite the module's integer globals (or tuple elements, ``name[i]``) that a sizing
-    changed; names the module does not define as integers are left alone."""
+    changed; names the module does not define as integers are left alone. With the module's
+    ``source``, the sizes computed from others (``_derivations``) are computed again from the new
+    values."""
     for key, value in (constants or {}).items():
         name, _, index = key.partition("[")
         current = getattr(module, name, None)
@@ -105,6 +156,10 @@ def apply_constants(module: types.ModuleType, constants: dict[str, int] | None) 
             position = int(index.rstrip("]"))
             if 0 <= position < len(current) and _is_int(current[position]):
                 setattr(module, name, current[:position] + (int(value),) + current[position + 1:])
+    if constants and source:
+        filename = getattr(module, "__file__", None) or "<task>"  # the file's own name: its frames stay its own
+        for _, statement in _derivations(source):
+            exec(compile(statement, filename, "exec"), module.__dict__)  # noqa: S102 - arithmetic on its names
 
 
 def structural(name: str) -> bool:
@@ -177,27 +232,29 @@ def _counted(model: Any, inputs: list[Any]) -> tuple[Any, int | None]:
         return model(*inputs), None
 
 
-def _try(task: types.ModuleType, values: dict[str, int], forward: bool) -> TaskBytes | None:
-    apply_constants(task, values)
+def _try(task: types.ModuleType, values: dict[str, int], forward: bool, source: str | None) -> TaskBytes | None:
+    apply_constants(task, values, source)
     try:
         return measure(task, forward)
     except Exception:  # noqa: BLE001 - these constants give no valid task (a shape that no longer fits)
         return None
 
 
-def shrink(task: types.ModuleType, constants: dict[str, int], max_elements: int) -> tuple[dict[str, int], TaskBytes]:
+def shrink(task: types.ModuleType, constants: dict[str, int], max_elements: int,
+           source: str | None = None) -> tuple[dict[str, int], TaskBytes]:
     """Halve the task's largest size constant, again and again, until no input, output or parameter
     has more than ``max_elements`` elements. A halving that breaks the task (a shape that no longer
     fits: channels not divisible by groups, a spatial size below the kernel's) or shrinks nothing is
     undone and that constant left alone from then on; structural constants (kernel sizes, strides,
     head counts) are halved only once no other constant can move. Inputs and parameters are brought
     within the bound first without running the forward (a recurrent forward on the meta device
-    runs step by step in Python), then the outputs too. Returns the constants that changed (name ->
+    runs step by step in Python), then the outputs too. With the task's ``source``, sizes computed
+    from other constants follow them (``apply_constants``). Returns the constants that changed (name ->
     new value) and the sizes they give; raises SizeError if nothing fits."""
     if max_elements < 1:
         raise SizeError("--max-elements must be at least 1")
     values = dict(constants)
-    apply_constants(task, values)
+    apply_constants(task, values, source)
     try:
         sizes = measure(task, forward=False)
     except Exception as exc:  # noqa: BLE001 - the task at its own sizes does not build
@@ -211,7 +268,7 @@ def shrink(task: types.ModuleType, constants: dict[str, int], max_elements: int)
                 # (a shape constant that follows another one, as bias_shape = (out_channels, 1, 1)
                 # does): start again from the task's own sizes, running the forward at every step
                 values = dict(constants)
-                apply_constants(task, values)
+                apply_constants(task, values, source)
                 try:
                     sizes = measure(task)
                 except SizeError:
@@ -229,11 +286,11 @@ def shrink(task: types.ModuleType, constants: dict[str, int], max_elements: int)
                 break
             name = max(pool, key=lambda n: (values[n], n))
             trial = {**values, name: values[name] // 2}
-            measured = _try(task, trial, forward)
+            measured = _try(task, trial, forward, source)
             if measured is None or (measured.max_elements, measured.total_bytes) >= (sizes.max_elements,
                                                                                       sizes.total_bytes):
                 frozen.add(name)
-                apply_constants(task, values)
+                apply_constants(task, values, source)
                 continue
             values, sizes = trial, measured
         if sizes.max_elements > max_elements:
@@ -264,9 +321,10 @@ def size_task(source: str, profile: str | None, max_elements: int | None) -> dic
     from ..tasks import load_task_module
 
     task = load_task_module(source, profile)
-    constants = size_constants(task, constant_names(source))
+    derived = derived_names(source)
+    constants = size_constants(task, [n for n in constant_names(source) if n not in derived])
     if max_elements:
-        changed, sizes = shrink(task, constants, int(max_elements))
+        changed, sizes = shrink(task, constants, int(max_elements), source)
     else:
         try:
             sizes = measure(task)

@@ -95,9 +95,10 @@ def test_forward_without_meta_kernel_is_refused_when_large():
         size_task(source, None, None)
 
 
-def test_a_shape_constant_that_follows_another_is_scaled_only_where_the_forward_still_runs():
-    # given a task whose bias shape repeats the channel count in a tuple of its own (as KernelBench's
-    # level2 conv tasks do): halving out_channels builds the model but breaks the forward
+@pytest.mark.parametrize("bias_shape", ["(out_channels, 1, 1)", "(128, 1, 1)"])
+def test_a_shape_constant_that_repeats_another_is_scaled_only_where_the_forward_still_runs(bias_shape):
+    # given a task whose bias shape repeats the channel count (as KernelBench's level2 conv tasks do),
+    # computed from it or written out again: halving out_channels alone builds the model but breaks the forward
     source = ("import torch\nfrom torch import nn\n"
               "class Model(nn.Module):\n"
               "    def __init__(self, cin, cout, k, bias_shape):\n"
@@ -107,16 +108,20 @@ def test_a_shape_constant_that_follows_another_is_scaled_only_where_the_forward_
               "    def forward(self, x):\n"
               "        return torch.relu(self.conv(x)) + self.bias\n"
               "batch_size = 128\nin_channels = 64\nout_channels = 128\nheight = width = 128\nkernel_size = 3\n"
-              "bias_shape = (out_channels, 1, 1)\n"
+              f"bias_shape = {bias_shape}\n"
               "def get_inputs():\n    return [torch.rand(batch_size, in_channels, height, width)]\n"
               "def get_init_inputs():\n    return [in_channels, out_channels, kernel_size, bias_shape]\n")
     # when it is scaled under a bound
     sized = size_task(source, None, 16384)
-    # then every tensor fits and the forward runs at the constants chosen
+    # then every tensor fits and the forward runs at the constants chosen (a computed bias shape follows
+    # the channel count; one written out is scaled only together with it)
     assert max(sized["bytes"]["largest"].values()) <= 16384
     module = load_task_module(source, None)
-    apply_constants(module, sized["constants"])
+    apply_constants(module, sized["constants"], source)
+    assert module.bias_shape[0] == module.out_channels
     assert measure(module).largest == sized["bytes"]["largest"]
+    if bias_shape.startswith("(out"):
+        assert "bias_shape[0]" not in sized["constants"]
 
 
 def test_the_forwards_flops_are_counted_from_the_shapes_while_sizing(kernelbench):
@@ -127,3 +132,20 @@ def test_the_forwards_flops_are_counted_from_the_shapes_while_sizing(kernelbench
     sizes = measure(module)
     # then its FLOP count is the matmul's, with no memory allocated for it
     assert sizes.flops == 2 * n ** 3 and sizes.how == "meta"
+
+
+def test_sizes_computed_from_other_constants_follow_them(kernelbench):
+    # given KernelBench's cross-entropy task: the predictions' shape is input_shape = (num_classes,), the
+    # targets are drawn below num_classes
+    source = (kernelbench / "level1" / "95_CrossEntropyLoss.py").read_text()
+    # when it is scaled under a bound
+    sized = size_task(source, None, 16384)
+    # then only the constants themselves were scaled, and the derived shape follows them
+    assert "input_shape[0]" not in sized["constants"] and "num_classes" in sized["constants"]
+    module = load_task_module(source, None)
+    apply_constants(module, sized["constants"], source)
+    assert module.input_shape == (module.num_classes,)
+    # and the task runs for real at those sizes (every target is a class of the predictions)
+    predictions, targets = module.get_inputs()
+    assert predictions.numel() <= 16384 and int(targets.max()) < predictions.shape[1]
+    module.Model()(predictions, targets)
