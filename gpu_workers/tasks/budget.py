@@ -23,9 +23,14 @@ DEFAULT_CEILING_MB = 16384
 OOM_RETRIES = 2
 
 
+# How a sizing is made, in its key: a sizing kept by an earlier method is made again (method 2:
+# sizes computed from other constants follow them, and the FLOPs are counted).
+SIZING_METHOD = "2"
+
+
 def sizing_path(request: EvalRequest, hardware: dict[str, Any], profile: str | None):
-    return taskfacts.fact_path([request.task_hash, profile or "", str(request.max_elements or 0), hardware["key"]],
-                               "sizing")
+    return taskfacts.fact_path([request.task_hash, profile or "", str(request.max_elements or 0), hardware["key"],
+                                SIZING_METHOD], "sizing")
 
 
 def task_sizing(request: EvalRequest, hardware: dict[str, Any], profile: str | None) -> dict[str, Any]:
