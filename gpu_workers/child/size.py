@@ -232,6 +232,17 @@ def _counted(model: Any, inputs: list[Any]) -> tuple[Any, int | None]:
         return model(*inputs), None
 
 
+def _measured(task: types.ModuleType) -> TaskBytes:
+    """``measure`` with the forward, a failure of the task's own code said as a SizeError."""
+    try:
+        return measure(task)
+    except SizeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - task code: a message, not a crash
+        raise SizeError(f"the task does not run on the meta device: {type(exc).__name__}: "
+                        f"{str(exc)[:300]}") from None
+
+
 def _try(task: types.ModuleType, values: dict[str, int], forward: bool, source: str | None) -> TaskBytes | None:
     apply_constants(task, values, source)
     try:
@@ -269,13 +280,7 @@ def shrink(task: types.ModuleType, constants: dict[str, int], max_elements: int,
                 # does): start again from the task's own sizes, running the forward at every step
                 values = dict(constants)
                 apply_constants(task, values, source)
-                try:
-                    sizes = measure(task)
-                except SizeError:
-                    raise
-                except Exception as exc:  # noqa: BLE001
-                    raise SizeError(f"the task does not run on the meta device: {type(exc).__name__}: "
-                                    f"{str(exc)[:300]}") from None
+                sizes = _measured(task)
         frozen: set[str] = set()
         for _ in range(_MAX_STEPS):
             if sizes.max_elements <= max_elements:
@@ -326,12 +331,5 @@ def size_task(source: str, profile: str | None, max_elements: int | None) -> dic
     if max_elements:
         changed, sizes = shrink(task, constants, int(max_elements), source)
     else:
-        try:
-            sizes = measure(task)
-        except SizeError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise SizeError(f"the task does not run on the meta device: {type(exc).__name__}: "
-                            f"{str(exc)[:300]}") from None
-        changed = {}
+        sizes, changed = _measured(task), {}
     return {"constants": changed, "bytes": sizes.to_dict()}
