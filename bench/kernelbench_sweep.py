@@ -29,6 +29,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from gpu_workers.schema import is_infrastructure  # noqa: E402 - after the checkout is on the path
+
 
 def _phase_seconds(timeline: list[list[Any]]) -> dict[str, float]:
     """Seconds from the evaluation's start to each phase's end, from the result's timeline."""
@@ -91,7 +93,7 @@ def _done(out: Path) -> set[tuple[str, int]]:
     evaluator says ``infrastructure:``: a GPU that had no room, a neighbour's out-of-memory), which is
     no result of the task's."""
     return {(row["task"], int(row.get("repeat", 0))) for row in _rows(out)
-            if not str(row.get("message", "")).startswith("infrastructure:")}
+            if not is_infrastructure(row.get("message", ""))}
 
 
 def _plain(task_path: Path, kernel: str, device: str, max_elements: int | None, trials: int) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from .reward import resolve_reward_config
 from .rules import default_rule_set, static_scan, validate_rule_set
 from .sandbox import process as sandbox
 from .sandbox.gpuslot import SlotUse
-from .schema import EvalRequest, EvalResult, Finding
+from .schema import INFRASTRUCTURE, EvalRequest, EvalResult, Finding
 from .settings import EvaluatorSettings, current
 from .tasks import KernelFileError, validate_kernel_source, validate_task_source
 from .tasks import budget as taskbudget
@@ -46,7 +46,7 @@ def evaluate(request: EvalRequest, settings: EvaluatorSettings | None = None) ->
             break
         retries.append(result.message[:300])
         if len(retries) > taskbudget.OOM_RETRIES:
-            result.message = (f"infrastructure: a CUDA out-of-memory caused by another process on the GPU, "
+            result.message = (f"{INFRASTRUCTURE}a CUDA out-of-memory caused by another process on the GPU, "
                               f"{len(retries)} times (not the kernel's verdict): {result.message}")
             break
     if retries:
@@ -98,7 +98,7 @@ def _evaluate_once(request: EvalRequest, settings: EvaluatorSettings) -> EvalRes
         announced = taskbudget.announced_bytes(request, sizing, kept, hardware, on_device)
         budget["sizing"] = {k: sizing[k] for k in ("constants", "bytes", "error") if k in sizing}
         budget["memory"] = {"limits_mb": limits, "announced": announced, "admitted": False, "on_device": on_device}
-        budget["memory"].update(admission.enter_context(taskbudget.admitted(request, hardware, announced["total"],
+        budget["memory"].update(admission.enter_context(taskbudget.admitted(hardware, announced["total"],
                                                                                  settings.gpu_memory_wait_s)))
         timeline.mark("gpu memory: admitted" if budget["memory"]["admitted"] else "gpu memory: not counted")
         build = build_context(request, hardware)

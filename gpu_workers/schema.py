@@ -12,6 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 STATUSES = ("passed", "compile_error", "runtime_error", "incorrect", "timeout", "rejected")
+# A failed result's message starts so when the infrastructure caused it (a neighbour's CUDA
+# out-of-memory that persisted, a GPU that never had room), never the kernel or the task: it is no
+# verdict, and is evaluated again on resubmission.
+INFRASTRUCTURE = "infrastructure: "
+
+
+def is_infrastructure(message: str) -> bool:
+    return str(message or "").startswith(INFRASTRUCTURE)
 SEVERITIES = ("reject", "review")
 DEVICES = ("cpu", "cuda")
 TRACKS = ("strict", "open")

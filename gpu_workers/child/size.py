@@ -54,33 +54,8 @@ class TaskBytes:
                                             "flops") if k in data})
 
 
-def constant_names(source: str) -> list[str]:
-    """The names a task file assigns at module level (``a = 4``; ``a, b = 4, 8``; ``n = 2048 * 2``),
-    in order: the candidates for its size constants, whatever expression gives their value."""
-    tree = ast.parse(source)
-    names: list[str] = []
-
-    def take(target: ast.expr) -> None:
-        if isinstance(target, ast.Name) and target.id not in names:
-            names.append(target.id)
-        elif isinstance(target, ast.Tuple | ast.List):
-            for element in target.elts:
-                take(element)
-
-    for node in tree.body:
-        if isinstance(node, ast.Assign):
-            for target in node.targets:
-                take(target)
-        elif isinstance(node, ast.AnnAssign) and node.value is not None:
-            take(node.target)
-    return names
-
-
-_SIZE_EXPRESSION = (ast.Tuple, ast.List, ast.Name, ast.Constant, ast.BinOp, ast.UnaryOp, ast.Subscript, ast.Slice,
-                    ast.expr_context, ast.operator, ast.unaryop)
-
-
 def _assigned(node: ast.stmt) -> list[str]:
+    """The names an assignment binds (tuple targets unpacked), in order."""
     names: list[str] = []
 
     def take(target: ast.expr) -> None:
@@ -95,13 +70,28 @@ def _assigned(node: ast.stmt) -> list[str]:
     return names
 
 
+def constant_names(source: str) -> list[str]:
+    """The names a task file assigns at module level (``a = 4``; ``a, b = 4, 8``; ``n = 2048 * 2``),
+    in order: the candidates for its size constants, whatever expression gives their value."""
+    names: list[str] = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) or (isinstance(node, ast.AnnAssign) and node.value is not None):
+            names += [name for name in dict.fromkeys(_assigned(node)) if name not in names]
+    return names
+
+
+_SIZE_EXPRESSION = (ast.Tuple, ast.List, ast.Name, ast.Constant, ast.BinOp, ast.UnaryOp, ast.Subscript, ast.Slice,
+                    ast.expr_context, ast.operator, ast.unaryop)
+
+
 @functools.lru_cache(maxsize=16)
 def _derivations(source: str) -> tuple[tuple[tuple[str, ...], ast.Module], ...]:
     """The module-level assignments that compute a size from earlier module-level names with
     arithmetic and tuples alone (``bias_shape = (out_channels, 1, 1)``, ``input_shape =
-    (num_classes,)``, ``dim = batch * 2``): the names each assigns and its statement, in
-    file order (their syntax trees). They follow their inputs when constants are scaled, rather than being scaled apart
-    (a class count halved in the predictions' shape but not in the targets' range is another task)."""
+    (num_classes,)``, ``dim = batch * 2``): the names each assigns and its statement (a syntax
+    tree), in file order. They follow their inputs when constants are scaled, rather than being
+    scaled apart (a class count halved in the predictions' shape but not in the targets' range is
+    another task)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:

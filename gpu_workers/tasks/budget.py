@@ -14,7 +14,7 @@ from ..build.compile import PhaseFailure, child_env, child_failure
 from ..build.toolchain import cache_root
 from ..sandbox import gpumemory
 from ..sandbox import process as sandbox
-from ..schema import EvalRequest
+from ..schema import INFRASTRUCTURE, EvalRequest
 from . import facts as taskfacts
 
 # A spawned child's address-space limit (the CPU) and a reused reference child's key: a task needs
@@ -110,7 +110,7 @@ def ledger_for(hardware: dict[str, Any]) -> gpumemory.GpuLedger | None:
 
 
 @contextmanager
-def admitted(request: EvalRequest, hardware: dict[str, Any], nbytes: int, wait_s: float) -> Iterator[dict[str, Any]]:
+def admitted(hardware: dict[str, Any], nbytes: int, wait_s: float) -> Iterator[dict[str, Any]]:
     """Hold this evaluation's announced GPU bytes on its GPU's ledger while it runs (waiting up to
     ``wait_s``, the settings' ``gpu_memory_wait_s``, for room: a queue, not the evaluation's own time,
     so a large task behind other large tasks waits its turn). Yields what the result keeps: bytes,
@@ -126,7 +126,7 @@ def admitted(request: EvalRequest, hardware: dict[str, Any], nbytes: int, wait_s
     except gpumemory.DoesNotFit as exc:
         raise PhaseFailure("runtime_error", f"the task does not fit on this GPU: {exc}") from None
     except TimeoutError as exc:
-        raise PhaseFailure("runtime_error", f"infrastructure: waiting for GPU memory (not the kernel's verdict): "
+        raise PhaseFailure("runtime_error", f"{INFRASTRUCTURE}waiting for GPU memory (not the kernel's verdict): "
                            f"{exc}") from None
     try:
         yield {"admitted": True, **admission.to_dict()}

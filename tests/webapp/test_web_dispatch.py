@@ -206,16 +206,15 @@ def test_resubmitting_a_source_whose_verdict_the_machine_may_have_caused_evaluat
     assert len(callbacks) == 1
 
 
+@pytest.mark.parametrize("message", [
+    "the candidate raised: CUDA error: out of memory",
+    "infrastructure: waiting for GPU memory (not the kernel's verdict): the GPU had no room for 9 bytes",
+])
 def test_an_out_of_memory_verdict_is_an_infrastructure_error_and_is_evaluated_again(
-    make_evaluation, django_capture_on_commit_callbacks
+    make_evaluation, django_capture_on_commit_callbacks, message
 ):
     evaluation = make_evaluation(status="running", hardware=None)
-    result = _result(
-        status="runtime_error",
-        correct=False,
-        findings=[],
-        message="the candidate raised: CUDA error: out of memory",
-    )
+    result = _result(status="runtime_error", correct=False, findings=[], message=message)
 
     stored = services.evaluation_store_result(evaluation_id=evaluation.pk, result=result)
     with django_capture_on_commit_callbacks(execute=False):

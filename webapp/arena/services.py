@@ -297,7 +297,9 @@ def _error_kind_of(data: dict[str, Any]) -> str:
     out-of-memory that persisted, a GPU that never had room), or the accelerator ran out of memory
     under the kernel (the sandbox's own memory limit on the candidate is the kernel's doing, and says
     so differently)."""
-    if str(data.get("message") or "").startswith("infrastructure:"):  # the evaluator says so itself
+    from gpu_workers.schema import is_infrastructure
+
+    if is_infrastructure(data.get("message")):  # the evaluator says so itself
         return ErrorKind.INFRASTRUCTURE
     text = "\n".join(str(data.get(k) or "") for k in ("message", "run_log"))[-20_000:]
     return ErrorKind.INFRASTRUCTURE if _OUT_OF_MEMORY.search(text) else ErrorKind.NONE

@@ -174,16 +174,15 @@ def test_an_evaluation_queued_behind_a_full_gpu_ends_as_infrastructure_not_as_it
     from gpu_workers.tasks.budget import admitted, ledger_for
 
     gpu = {"device": "cuda", "memory_bytes": 10 * GIB, "name": "H200", "gpu": {"uuid": "test-full"}}
-    request = EvalRequest(task_source="", kernel_source="", device="cuda")
     ledger = ledger_for(gpu)
     with ledger.reserved(8 * GIB, timeout_s=1.0):
         # when a second evaluation asks for more than is left and the wait runs out
         with pytest.raises(PhaseFailure) as failed:
-            with admitted(request, gpu, 4 * GIB, wait_s=1.0):
+            with admitted(gpu, 4 * GIB, wait_s=1.0):
                 pass
     # then it is an infrastructure failure (re-evaluated on resubmission), not a timeout of the kernel's
     assert failed.value.status == "runtime_error"
     assert failed.value.message.startswith("infrastructure: waiting for GPU memory")
     # and once the room is free the same request is admitted at once
-    with admitted(request, gpu, 4 * GIB, wait_s=1.0) as held:
+    with admitted(gpu, 4 * GIB, wait_s=1.0) as held:
         assert held["admitted"] and held["bytes"] == 4 * GIB
