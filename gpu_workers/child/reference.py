@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import math
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
@@ -13,6 +14,9 @@ from typing import Any
 from .isolation import Fingerprint, JustInTime
 from .runtime import device_for, fresh_copy, make_inputs, prepare_torch, timing_switches
 from .sender import Sender, short_traceback
+
+
+ROTATION_STRETCH_S = 0.25  # how long the timing sets' reference outputs run between pause points
 
 
 def _reference_work(setup: dict[str, Any], send: Sender) -> None:
@@ -94,7 +98,15 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
     # whole where the candidate keeps them whole, by fingerprint everywhere.
     rotation_inputs = JustInTime(lambda seed: make_inputs(task, seed, device), seeds["rotations"])
     whole = set(setup.get("keep_rotations", range(len(rotation_inputs))))
-    rotations = [run(0, rotation_inputs[r], wide=False, whole=r in whole) for r in range(len(rotation_inputs))]
+    rotations = []
+    stretch_began = time.monotonic()
+    for r in range(len(rotation_inputs)):
+        rotations.append(run(0, rotation_inputs[r], wide=False, whole=r in whole))
+        # some 160 sets: on a GB-sized task seconds of GPU work, which a waiting timer need not wait for
+        if time.monotonic() - stretch_began > ROTATION_STRETCH_S:
+            measure.synchronize(device)
+            send.pause("checkpoint", step="rotations")
+            stretch_began = time.monotonic()
     after = run(0, make_inputs(task, seeds["after"], device), wide=False)
 
     # FLOPs and bytes for the roofline floor (the parent keeps the FLOP count per task: None here
@@ -123,12 +135,14 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
     # Baselines, each announced so the parent can hold its own wall clock against the report.
     for name in setup.get("baselines", []):
         try:
+            # a compile that tunes on the GPU while it compiles (max-autotune) keeps the GPU
+            apart = name in ("compile", "compile_reduce_overhead")
+            if apart:
+                compile_imports_apart(send, device)
             fn = _baseline_callable(name, models[0], device, rotation_inputs)
             buffers = fresh_copy(rotation_inputs[0], device)
             with torch.no_grad():
-                # a compile that tunes on the GPU while it compiles (max-autotune) keeps the GPU
-                with compiling_apart(send, device) if name in ("compile", "compile_reduce_overhead") \
-                        else nullcontext():
+                with compiling_apart(send, device) if apart else nullcontext():
                     fn(*buffers)  # compile / capture outside the measurement
                 send.gpu_alone()
                 send("timing_begin", baseline=name)
@@ -244,6 +258,30 @@ def role_reference(setup: dict[str, Any], send: Sender) -> None:
             torch.cuda.empty_cache()
     except Exception:  # noqa: BLE001 - nothing more may follow the done; the next setup finds out
         pass
+
+
+COMPILE_MODULES = ("torch._dynamo", "torch._inductor.compile_fx")
+
+
+def compile_imports_apart(send: Sender, device: Any) -> None:
+    """What ``torch.compile()`` imports on its first use (some 650 modules: 2.7 s of CPU on the CPU
+    machine, 6-8 s under sixteen evaluations' load on the H200, where it held the GPU shared, and so
+    every waiting timer, for that long), imported with the GPU let go, once per process."""
+    import importlib
+
+    if all(m in sys.modules for m in COMPILE_MODULES):
+        return
+    from . import measure
+
+    measure.synchronize(device)  # a pause point: this process's GPU work so far is done
+    send.pause("compiling")
+    try:
+        for module in COMPILE_MODULES:
+            importlib.import_module(module)
+    except ImportError:  # a torch without inductor: its compile reports that itself
+        pass
+    finally:
+        send.pause("compiled")
 
 
 @contextmanager

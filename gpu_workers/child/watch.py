@@ -228,8 +228,8 @@ def attribute(events: list[Any], label: str) -> tuple[dict[str, int], dict[str, 
     innermost framework event open on the launching thread (to nothing, on a thread with none open,
     as a native thread of the candidate's). CUPTI's own host records (synchronisations, module
     loading) come unlinked beside the framework's, and not every torch says which is which. So a
-    kernel is the forward's when the call that launched it (the host event with the same CUPTI id
-    and the same link) started inside a range, whatever thread made it and whenever the kernel ran;
+    kernel is the forward's when the call that launched it (the runtime or driver call with the same
+    CUPTI id and the same link) started inside a range, whatever thread made it and whenever the kernel ran;
     a kernel whose call was not recorded is the forward's when it links to a framework event that
     started inside one. Ops: the unlinked host events that started inside a range (the verdict
     counts only those the dispatcher knows). The third result: forward kernels on a stream none of
@@ -255,7 +255,8 @@ def attribute(events: list[Any], label: str) -> tuple[dict[str, int], dict[str, 
         if not _on_cpu(e):
             device_events.append(e)
             continue
-        calls.setdefault((_own_id(e), _linked(e)), []).append(e.start_ns())
+        if _linked(e) or _is_api_call(e):  # a framework event launches nothing (its id is not CUPTI's)
+            calls.setdefault((_own_id(e), _linked(e)), []).append(e.start_ns())
         if _linked(e) or not inside(e.start_ns()):
             continue
         opened_inside.add(_own_id(e))
@@ -280,6 +281,15 @@ def attribute(events: list[Any], label: str) -> tuple[dict[str, int], dict[str, 
         if judge_streams and stream >= 0 and stream not in judge_streams:
             elsewhere[name] = elsewhere.get(name, 0) + 1
     return ops, kernels, elsewhere
+
+
+def _is_api_call(event: Any) -> bool:
+    """A CUDA runtime or driver call as CUPTI records it (``cudaLaunchKernel``, ``cuLaunchKernelEx``,
+    ``cudaGraphLaunch``...). Unlinked, it shares the shape of a framework event, and its CUPTI id can
+    equal the framework id of an op inside a range: the judge's spin, launched with no framework event
+    open just before a timed call, was counted as the forward's on the H200 that way. A framework event
+    that a candidate names like one only adds launches inside its own ranges."""
+    return event.name().startswith("cu")
 
 
 def _stream(event: Any) -> int:

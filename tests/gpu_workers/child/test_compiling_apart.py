@@ -63,3 +63,34 @@ def test_a_graph_break_pairs_every_compile():
         torch.compile(broken, backend="eager")(torch.randn(4))
     phases = [phase for phase, _ in send.pauses]
     assert phases and phases == ["compiling", "compiled"] * (len(phases) // 2)
+
+
+IMPORTS_APART = r'''
+import sys
+import torch
+from gpu_workers.child import reference
+
+pauses = []
+
+
+class Recorder:
+    def pause(self, phase, **_payload):
+        pauses.append((phase, [m in sys.modules for m in reference.COMPILE_MODULES]))
+
+
+send = Recorder()
+reference.compile_imports_apart(send, torch.device("cpu"))
+reference.compile_imports_apart(send, torch.device("cpu"))  # once per process
+print(pauses)
+'''
+
+
+def test_torch_compiles_own_imports_happen_with_the_gpu_let_go_once_per_process():
+    import subprocess
+    import sys
+
+    # a fresh process: this one may have imported dynamo already
+    out = subprocess.run([sys.executable, "-c", IMPORTS_APART], capture_output=True, text=True, check=True)
+    pauses = eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - our own script's repr of a list
+    # let go before the imports, taken back once they are done, and only the first time
+    assert pauses == [("compiling", [False, False]), ("compiled", [True, True])]

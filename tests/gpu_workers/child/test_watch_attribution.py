@@ -138,6 +138,20 @@ def test_a_synchronisation_inside_the_range_lends_its_cupti_id_to_no_framework_e
     assert ops == {"aten::mul": 1, "cudaStreamSynchronize": 1}
 
 
+def test_a_judge_kernel_launched_outside_every_framework_event_is_not_the_forwards_when_its_id_is_an_ops():
+    # given the judge's spin, launched just before a timed call with no framework event open (its call and
+    # kernel link to nothing), whose CUPTI id 3 is also the framework id of the forward's op inside the range
+    events = [*launched("spin_kernel", 90, cupti_id=3, link=0),
+              forward_range(100, 200, own_id=1), op("aten::mul", 110, own_id=3),
+              *launched("mul_kernel", 120, cupti_id=9, link=3)]
+    # when the events are attributed
+    ops, kernels, _ = attribute(events, LABEL)
+    # then the spin is not the forward's (on the H200 it was, once in a timing's 120 calls): an op is
+    # never the call that launched a kernel
+    assert kernels == {"mul_kernel": 1}
+    assert ops == {"aten::mul": 1}
+
+
 def test_a_judge_kernel_whose_link_names_an_op_of_the_forwards_is_known_by_its_launch_after_the_call():
     # given a judge kernel whose link carries the number of an op inside the range (however that came
     # about on a real device), launched by a runtime call after the range closed
