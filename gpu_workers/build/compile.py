@@ -64,7 +64,9 @@ def build_context(request: EvalRequest, hardware: dict[str, Any]) -> BuildContex
 def child_env(request: EvalRequest, hardware: dict[str, Any], build: BuildContext | None, *,
               hide_gpu: bool) -> dict[str, str]:
     threads = str(threads_for(request))
-    env: dict[str, str] = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+    # A baseline's torch.compile starts this many compile workers (processes that each import torch)
+    # rather than one per core: sixteen evaluations compiling at once on sixteen cores would start 256.
+    env: dict[str, str] = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "TORCHINDUCTOR_COMPILE_THREADS": threads}
     if build is not None and build.ext_dir is not None:
         env["TORCH_EXTENSIONS_DIR"] = str(build.ext_dir)
     if build is not None and build.pch is not None:

@@ -89,7 +89,9 @@ def run_reference(request: EvalRequest, hardware: dict[str, Any], profile: str |
     timeline.mark("reference: reused" if reused else "reference: started")
     clean, checker = False, None
     try:
-        with gpu_slot(hardware, slot) as gpu:
+        # On CUDA the GPU is taken once the child has built its models on the CPU (its first pause
+        # point); on the CPU that work is the host's, which the slot keeps apart from timings.
+        with gpu_slot(hardware, slot, mode="later" if device_string(request).startswith("cuda") else "shared") as gpu:
             timeline.mark("reference: slot")
             child.send(setup)
             try:
@@ -128,6 +130,8 @@ def _messages(request: EvalRequest, hardware: dict[str, Any], profile: str | Non
             trial_s = max(trial_s, time.monotonic() - went)
         if message.get("step") == "outputs":  # the large message that follows is CPU work alone
             gpu.release(step)
+        elif not gpu.holding:  # before the child's first GPU work (its models are built)
+            deadline += gpu.shared()
         else:
             deadline += gpu.pause_point(step)
         child.signal()

@@ -234,6 +234,11 @@ class GpuSlot:
         self.use.exclusive_acquisitions += 1
         return self._take(fcntl.LOCK_EX)
 
+    @property
+    def holding(self) -> bool:
+        """Whether this holder has the GPU now (always, where no slot is kept)."""
+        return not self.active or self._mode != 0
+
     def timer_waiting(self) -> bool:
         """Whether some timing waits for this GPU (in any thread or process)."""
         if not self.active:
@@ -274,10 +279,14 @@ class GpuSlot:
 
 @contextmanager
 def gpu_slot(hardware: dict[str, Any], use: SlotUse | None = None, mode: str = "shared") -> Iterator[GpuSlot]:
-    """Hold the device for the block, shared or exclusive; the slot can switch modes inside the block."""
+    """Hold the device for the block, shared or exclusive, or from the holder's first ``shared()``
+    (``later``); the slot can switch modes inside the block."""
     slot = GpuSlot(hardware, use)
     try:
-        slot.exclusive() if mode == "exclusive" else slot.shared()
+        if mode == "exclusive":
+            slot.exclusive()
+        elif mode != "later":
+            slot.shared()
         yield slot
     finally:
         slot.close()

@@ -56,9 +56,10 @@ def _one_reference(child: sandbox.Child) -> list[str]:
 def test_a_reference_child_serves_setups_in_turn_only_when_asked():
     with sandbox.spawn("reference", env_extra={"CUDA_VISIBLE_DEVICES": ""}) as child:
         child.send(_reference_setup(serve=True))
-        # it pauses after its models, after each trial, and once its outputs are on the CPU
-        steps = ["checkpoint models", "checkpoint trial", "checkpoint trial", "checkpoint outputs", "reference",
-                 "done"]
+        # it pauses once its models are built (before any GPU work), once they are on the device, after
+        # each trial, and once its outputs are on the CPU
+        steps = ["checkpoint constructed", "checkpoint models", "checkpoint trial", "checkpoint trial",
+                 "checkpoint outputs", "reference", "done"]
         assert _one_reference(child) == steps
         assert child.alive()  # waiting for the next setup
         child.send(_reference_setup(serve=False))

@@ -193,6 +193,20 @@ def test_a_slot_switches_between_work_and_timing_and_counts_both():
     assert 0.0 <= use.exclusive_s <= use.held_s
 
 
+def test_a_slot_taken_later_holds_nothing_until_its_holders_first_shared_hold():
+    # given a holder that enters the slot before its GPU work (a reference child building its models)
+    use = SlotUse()
+    with gpu_slot(H200_A, use, mode="later") as slot:
+        # then a timer gets the GPU meanwhile, and no hold is counted
+        assert not slot.holding and use.acquisitions == 0
+        with gpu_slot(H200_A, mode="exclusive") as timer:
+            assert timer.holding
+        # and the first shared hold is the holder's own
+        slot.shared()
+        assert slot.holding and _held_by_another(H200_A, "lock")
+    assert use.acquisitions == 1
+
+
 def test_slot_names_are_safe_file_names():
     assert slot_name(H200_A) == "GPU-aaaa-1111"
     assert slot_name({"name": "NVIDIA H200/x", "gpu": {"index": 3}}) == "NVIDIA_H200_x-3"
