@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
                                           "is_user_annotation"))} for e in events]
     for row in rows:
         row["name"] = str(row["name"])[:120]
-    ops, kernels, elsewhere = attribute(events, watch.label)
+    ops, kernels, elsewhere, _ = attribute(events, watch.label)
     summary = {"torch": torch.__version__, "label": watch.label, "events": len(rows),
                "ops": ops, "kernels": kernels, "elsewhere": elsewhere,
                "report_kernels": report["kernels"], "library_kernels": report["library_kernels"]}

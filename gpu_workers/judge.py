@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -233,6 +234,27 @@ def unseen_work_finding(rule_set: dict[str, Any], stats: dict[str, Any]) -> Find
     return make_finding(rule_set, "unseen_work", f"{stats['net_median_ms']:.4g} ms end to end (net of an empty "
                         f"iteration) against {stats['gpu_median_ms']:.4g} ms on the forward's stream and "
                         f"{stats['host_median_ms']:.4g} ms on the host")
+
+
+def device_time_finding(rule_set: dict[str, Any], stats: dict[str, Any],
+                        report: dict[str, Any] | None) -> Finding | None:
+    """``device_time``: where the watch ran (strict, CUDA), CUPTI's own records say how long each
+    forward call's kernels ran on the device (``watch.attribute``: the union of their intervals).
+    Every timer the reward's time comes from lives in the candidate's process, and a native patch
+    of the event timer can make it report less than passed; CUPTI's activity records are not made
+    through those calls. An honest timing brackets its kernels, so it can never be shorter; the
+    median over the calls that launched kernels stands against one call misread."""
+    spans = [float(s) for s in (report or {}).get("kernel_spans_us") or () if s]
+    reported = stats.get("median_ms")
+    if len(spans) < 3 or not reported:
+        return None
+    device_ms = statistics.median(spans) / 1e3
+    if float(reported) < float(rule_set["thresholds"]["device_time_factor"]) * device_ms - 0.002:
+        return make_finding(rule_set, "device_time",
+                            f"the timing reported {float(reported):.4g} ms, but the forward's kernels ran "
+                            f"{device_ms:.4g} ms per call on the device by CUPTI's records (median of "
+                            f"{len(spans)} calls)")
+    return None
 
 
 def timer_finding(rule_set: dict[str, Any], *, wall_ms: float | None, stats: dict[str, Any],

@@ -2,7 +2,7 @@
 
 A rule set is a JSON-able dict::
 
-    {"name": "strict", "version": "2026.11.30", "track": "strict",
+    {"name": "strict", "version": "2026.12.02", "track": "strict",
      "dynamic": {"library_compute": {"enabled": true, "severity": "reject"}, ...},
      "static": [{"rule", "kind": "regex"|"ast_call"|"ast_attr"|"ast_import", "pattern",
                  "severity", "message", "family"}],
@@ -22,7 +22,7 @@ from typing import Any
 
 from .schema import Finding
 
-RULE_SET_VERSION = "2026.11.30"
+RULE_SET_VERSION = "2026.12.02"
 
 # Ops that allocate, view or move memory: allowed in ModelNew.forward on the strict track.
 ALLOCATION_AND_VIEW_OPS = (
@@ -72,6 +72,9 @@ DYNAMIC_CHECKS: dict[str, dict[str, Any]] = {
     "thread_budget": {"family": 31, "why": "the timed calls used more CPU than the baselines' thread budget "
                                           "allows; no speed reward"},
     "unjoined_stream": {"family": 1, "why": "forward launched work on a stream the timer's stream never joined"},
+    "device_time": {"family": 24, "why": "the reported time is less than the forward's kernels ran on the device "
+                                         "by CUPTI's records (a timer that reports less than the device did); "
+                                         "no speed reward"},
 }
 
 # Static rules shared by both tracks: measurement hacks have no honest spelling.
@@ -127,7 +130,7 @@ _STRICT_ONLY_STATIC: list[dict[str, Any]] = [
      "message": "catches exceptions (a try/except fallback to PyTorch is a common library-fallback spelling)"},
 ]
 
-WITHHOLD_SPEED = ("precision_downgrade", "thread_budget")
+WITHHOLD_SPEED = ("precision_downgrade", "thread_budget", "device_time")
 
 _DEFAULT_THRESHOLDS: dict[str, float] = {
     "extreme_speedup": 10.0,  # review above this speedup vs eager (KernelBench's suspicion line)
@@ -141,6 +144,7 @@ _DEFAULT_THRESHOLDS: dict[str, float] = {
     "timer_slack": 10.0,
     "degenerate_std": 1e-6,
     "thread_slack": 1.25,  # CPU time over the timed calls' wall time beyond threads x this: thread_budget
+    "device_time_factor": 0.8,  # a reported time below this share of the kernels' device time: device_time
 }
 
 
@@ -151,7 +155,8 @@ def default_rule_set(track: str = "strict") -> dict[str, Any]:
     dynamic = {name: {"enabled": True, "severity": "reject"} for name in DYNAMIC_CHECKS}
     # The wall-clock cross-check is noisy on a loaded host; the device-wide sync inside the timed
     # region is what defeats side streams, so a mismatch sends the kernel to a person.
-    for review_only in ("extreme_speedup", "degenerate_task", "timer_mismatch", "unseen_work", "thread_budget"):
+    for review_only in ("extreme_speedup", "degenerate_task", "timer_mismatch", "unseen_work", "thread_budget",
+                        "device_time"):
         dynamic[review_only]["severity"] = "review"
     if track == "open":
         dynamic["library_compute"]["enabled"] = False

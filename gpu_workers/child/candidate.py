@@ -264,6 +264,9 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
     send.pause("timing_end", stats=stats)  # small and at once: the parent's wall clock stops here
     with judge_ops():
         kept_cpu = [measure.to_cpu(k) for k in kept]
+        del kept
+        measure.synchronize(device)
+    send.pause("timing_read")  # copied: the parent lets the GPU go while the large message below travels
     send.pause("timing_outputs", kept_outputs=kept_cpu)
     patched |= set(measure.patched_attributes())
 

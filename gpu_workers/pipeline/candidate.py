@@ -42,8 +42,8 @@ class Forged(Exception):
 
 
 # Candidate messages after which the child waits for the parent's go (its GPU work synchronised).
-_PAUSE_POINTS = frozenset({"prepared", "imported", "built", "ready", "trial", "timing_end", "timing_outputs",
-                           "after"})
+_PAUSE_POINTS = frozenset({"prepared", "imported", "built", "ready", "trial", "timing_end", "timing_read",
+                           "timing_outputs", "after"})
 
 
 def spawn_candidate(request: EvalRequest, hardware: dict[str, Any], build: BuildContext,
@@ -66,7 +66,7 @@ def _stretch_bounds(request: EvalRequest, reference: dict[str, Any], compile_def
     """How long each stretch of the candidate may hold the GPU, by the message that ends it (see
     ``gpuslot.hold_bound``): the judge's inputs, the import (a deferred build too), the models, the
     warm-up call, each trial, the timing's inputs, the timing (its budget besides), the kept
-    outputs' copy, the two calls after timing, the end."""
+    outputs' copy and their message, the two calls after timing, the end."""
     ref_s = float(reference.get("trial_s") or 0.0)
 
     bound = partial(hold_bound, floor_s=floor_s)
@@ -76,7 +76,8 @@ def _stretch_bounds(request: EvalRequest, reference: dict[str, Any], compile_def
             "built": bound(ref_s, INIT_CONFIGS), "ready": bound(ref_s), "trial": bound(ref_s),
             "want_gpu": bound(ref_s, rotations),
             "timing_end": bound(ref_s, 2 + rotations + 5, extra_s=request.timing_budget_s),
-            "timing_outputs": bound(ref_s, rotations), "after": bound(ref_s, 2),
+            "timing_read": bound(ref_s, rotations), "timing_outputs": bound(ref_s, rotations),
+            "after": bound(ref_s, 2),
             "done": bound(ref_s)}
 
 
@@ -139,7 +140,7 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
         budget = request.run_timeout_s + (request.compile_timeout_s if compile_deferred else 0.0)
         deadline = time.monotonic() + budget
         expected = (["prepared", "imported", "built", "ready"] + ["trial"] * request.trials
-                    + ["want_gpu", "timing_begin", "timing_end", "timing_outputs", "after", "done"])
+                    + ["want_gpu", "timing_begin", "timing_end", "timing_read", "timing_outputs", "after", "done"])
         received = 0
         span: TimedSpan | None = None
         # the stretch in progress: the step after which it began, and when it must have ended
@@ -214,8 +215,11 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
                         evidence.timing_wall_ms, evidence.timing_descheduled_ms = span.end()
                     deadline += gpu.shared()  # the child's next GPU work waits for this (a pause point)
                     evidence.timing = message["stats"]
+                elif phase == "timing_read":  # the kept outputs are on the child's host: CPU work alone
+                    gpu.release("candidate: timing_read")  # until the large message below has come
                 elif phase == "timing_outputs":
                     evidence.kept_outputs = message["kept_outputs"]
+                    deadline += gpu.shared()  # before the child's next GPU work (it waits for the go)
                 elif phase == "after":
                     evidence.after = message["after"]
                     evidence.again = message["again"]

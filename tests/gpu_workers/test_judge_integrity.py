@@ -78,7 +78,7 @@ def test_speed_withheld_leaves_the_correctness_reward():
 
 
 def test_withhold_speed_is_validated_data():
-    assert default_rule_set("strict")["withhold_speed"] == ["precision_downgrade", "thread_budget"]
+    assert default_rule_set("strict")["withhold_speed"] == ["precision_downgrade", "thread_budget", "device_time"]
     with pytest.raises(ValueError, match="withhold_speed names unknown checks"):
         validate_rule_set({"track": "strict", "withhold_speed": ["no_such_check"]})
 
@@ -91,3 +91,17 @@ def test_unjoined_stream_needs_unexplained_time_and_kernels_on_another_stream():
     assert judge.unjoined_stream_finding(STRICT, {**stats, "timed": "kernel side"}, report) is None
     assert judge.unjoined_stream_finding(STRICT, stats, {"other_stream_kernels": {}}) is None
     assert judge.unjoined_stream_finding(OPEN, stats, report) is None
+
+
+def test_a_timing_that_reports_less_than_the_device_ran_gets_no_speed_reward():
+    # given CUPTI's device time per watched call (the timing's calls and the trials' alike)
+    report = {"watched": True, "kernel_spans_us": [100.0] * 40 + [12.0, 0.0]}
+    # then a timer that reports half of it is found, and the finding withholds the speed reward
+    finding = judge.device_time_finding(STRICT, {"median_ms": 0.05}, report)
+    assert finding.rule == "device_time" and finding.severity == "review" and "0.1 ms per call" in finding.message
+    assert "device_time" in STRICT["withhold_speed"]
+    # and an honest timing, which brackets its kernels (launch gaps, the spin's end, the read), is not
+    assert judge.device_time_finding(STRICT, {"median_ms": 0.104}, report) is None
+    # nor one on a timer's resolution below a tiny kernel's device time, nor where nothing was watched
+    assert judge.device_time_finding(STRICT, {"median_ms": 0.0035}, {"kernel_spans_us": [4.0] * 10}) is None
+    assert judge.device_time_finding(STRICT, {"median_ms": 0.05}, {"watched": False, "kernel_spans_us": []}) is None

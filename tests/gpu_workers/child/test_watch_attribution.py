@@ -104,7 +104,7 @@ def test_a_kernel_linked_to_an_op_inside_the_range_is_the_forwards_even_when_it_
     events = [forward_range(100, 200, own_id=1), op("aten::mul", 110, own_id=2),
               *launched("mul_kernel", 120, cupti_id=40, link=2)]
     # when the events are attributed
-    ops, kernels, _ = attribute(events, LABEL)
+    ops, kernels, _, _ = attribute(events, LABEL)
     # then the op and its kernel are the forward's, and the runtime call is no op
     assert ops == {"aten::mul": 1}
     assert kernels == {"mul_kernel": 1}
@@ -116,7 +116,7 @@ def test_a_judge_kernel_is_not_the_forwards_even_when_its_cupti_id_is_an_ops_id_
               *launched("mul_kernel", 120, cupti_id=9, link=3),
               op("aten::sum", 300, own_id=4), *launched("judge_reduce_kernel", 310, cupti_id=3, link=4)]
     # when the events are attributed
-    ops, kernels, _ = attribute(events, LABEL)
+    ops, kernels, _, _ = attribute(events, LABEL)
     # then only the forward's own kernel is counted: the ids of the two spaces are never compared
     assert ops == {"aten::mul": 1}
     assert kernels == {"mul_kernel": 1}
@@ -130,7 +130,7 @@ def test_a_synchronisation_inside_the_range_lends_its_cupti_id_to_no_framework_e
               *launched("mul_kernel", 120, cupti_id=9, link=3), sync,
               op("aten::dot", 300, own_id=4), *launched("dot_kernel", 310, cupti_id=12, link=4)]
     # when the events are attributed
-    ops, kernels, _ = attribute(events, LABEL)
+    ops, kernels, _, _ = attribute(events, LABEL)
     # then the judge's kernel is not the forward's (on the H200 such a collision counted the judge's
     # fingerprints as the candidate's library compute); the synchronisation is a host event of the
     # forward's, which the verdict does not count as an operator (the dispatcher does not know it)
@@ -145,7 +145,7 @@ def test_a_judge_kernel_launched_outside_every_framework_event_is_not_the_forwar
               forward_range(100, 200, own_id=1), op("aten::mul", 110, own_id=3),
               *launched("mul_kernel", 120, cupti_id=9, link=3)]
     # when the events are attributed
-    ops, kernels, _ = attribute(events, LABEL)
+    ops, kernels, _, _ = attribute(events, LABEL)
     # then the spin is not the forward's (on the H200 it was, once in a timing's 120 calls): an op is
     # never the call that launched a kernel
     assert kernels == {"mul_kernel": 1}
@@ -159,7 +159,7 @@ def test_a_judge_kernel_whose_link_names_an_op_of_the_forwards_is_known_by_its_l
               *launched("mul_kernel", 120, cupti_id=9, link=3),
               *launched("dot_kernel", 310, cupti_id=12, link=3)]
     # when the events are attributed
-    _, kernels, _ = attribute(events, LABEL)
+    _, kernels, _, _ = attribute(events, LABEL)
     # then only the kernel launched while the forward ran is its
     assert kernels == {"mul_kernel": 1}
 
@@ -172,7 +172,7 @@ def test_the_records_of_a_real_h200_are_attributed_call_by_call():
     recorded = json.loads((Path(__file__).parent / "data" / "h200_watch_events.json").read_text())
     events = [_recorded(dict(zip(recorded["fields"], row))) for row in recorded["events"]]
     # when they are attributed
-    ops, kernels, elsewhere = attribute(events, recorded["label"])
+    ops, kernels, elsewhere, _ = attribute(events, recorded["label"])
     # then every call's elementwise kernels and cuBLAS launches are the forward's, and none of the judge's
     # reads (reductions, the add, the memset and copy of .item()) is
     elementwise = [n for n in kernels if "vectorized_elementwise" in n]
@@ -183,6 +183,9 @@ def test_the_records_of_a_real_h200_are_attributed_call_by_call():
         {"aten::mul": 3, "aten::relu": 3, "aten::clamp_min": 3, "aten::matmul": 3, "aten::mm": 3}
     assert not {"aten::sum", "aten::add", "aten::item"} & set(ops)
     assert elsewhere == {}
+    # and each call's device time is its own kernels' (some 11 us), none of the judge's reads in it
+    spans = attribute(events, recorded["label"]).spans_ns
+    assert len(spans) == 3 and all(8_000 < span < 20_000 for span in spans), spans
 
 
 def test_a_kernel_launched_directly_inside_the_range_links_to_the_range_and_is_the_forwards():
@@ -190,7 +193,7 @@ def test_a_kernel_launched_directly_inside_the_range_links_to_the_range_and_is_t
     events = [forward_range(100, 200, own_id=5), *launched("my_kernel", 150, cupti_id=5, link=5),
               op("aten::copy_", 300, own_id=6), *launched("judge_copy_kernel", 310, cupti_id=6, link=6)]
     # when the events are attributed
-    ops, kernels, _ = attribute(events, LABEL)
+    ops, kernels, _, _ = attribute(events, LABEL)
     # then the kernel is the forward's through the range's own id, and the range is not one of its ops
     assert ops == {}
     assert kernels == {"my_kernel": 1}
@@ -205,7 +208,7 @@ def test_an_unlinked_kernel_is_the_forwards_when_its_runtime_call_started_inside
     # and a judge kernel linked to the framework id that equals the inside call's CUPTI id
     events += [op("aten::sum", 300, own_id=8), *launched("judge_reduce_kernel", 310, cupti_id=30, link=8)]
     # when the events are attributed
-    ops, kernels, _ = attribute(events, LABEL)
+    ops, kernels, _, _ = attribute(events, LABEL)
     # then only the launch made inside the range counts, and the judge's op is not the forward's
     assert "aten::sum" not in ops
     assert kernels == {"native_kernel": 1}
@@ -216,7 +219,7 @@ def test_the_ranges_own_device_side_annotation_is_not_a_kernel():
     device_span = Event(LABEL, 600, 90, DeviceType.CUDA, 50, 1, TIMER_STREAM, "gpu_user_annotation", annotation=True)
     events = [forward_range(100, 200, own_id=1), device_span, *launched("my_kernel", 150, cupti_id=51, link=1)]
     # when the events are attributed
-    _, kernels, _ = attribute(events, LABEL)
+    _, kernels, _, _ = attribute(events, LABEL)
     # then only the kernel is one
     assert kernels == {"my_kernel": 1}
 
@@ -229,7 +232,7 @@ def test_an_op_on_another_thread_inside_the_range_is_the_forwards_and_one_betwee
               op("aten::tanh", 300, own_id=3), *launched("judge_tanh_kernel", 310, cupti_id=2, link=3),
               op("aten::relu", 450, own_id=4), *launched("relu_kernel", 460, cupti_id=3, link=4)]
     # when the events are attributed
-    ops, kernels, _ = attribute(events, LABEL)
+    ops, kernels, _, _ = attribute(events, LABEL)
     # then the worker's op counts, the judge's between the calls does not
     assert ops == {"aten::sigmoid": 1, "aten::relu": 1}
     assert kernels == {"sigmoid_kernel": 1, "relu_kernel": 1}
@@ -243,7 +246,7 @@ def test_forward_kernels_on_a_stream_the_judge_never_used_are_reported_as_on_ano
               *launched("side_kernel", 140, cupti_id=12, link=1, stream=SIDE_STREAM),
               op("aten::sum", 300, own_id=3), *launched("judge_reduce_kernel", 310, cupti_id=2, link=3)]
     # when the events are attributed
-    _, kernels, elsewhere = attribute(events, LABEL)
+    _, kernels, elsewhere, _ = attribute(events, LABEL)
     # then the side stream's kernels are the forward's and reported as elsewhere; the timer stream's are not
     assert kernels == {"mul_kernel": 1, "side_kernel": 2}
     assert elsewhere == {"side_kernel": 2}
@@ -253,7 +256,21 @@ def test_with_no_device_work_of_the_judges_no_stream_is_called_another():
     # given forward kernels on a side stream and no device work of the judge's to say which stream is its own
     events = [forward_range(100, 200, own_id=1), *launched("side_kernel", 130, cupti_id=4, link=1, stream=SIDE_STREAM)]
     # when the events are attributed
-    _, kernels, elsewhere = attribute(events, LABEL)
+    _, kernels, elsewhere, _ = attribute(events, LABEL)
     # then the kernel is the forward's, and nothing is said to be on another stream
     assert kernels == {"side_kernel": 1}
     assert elsewhere == {}
+
+
+def test_each_calls_device_span_is_the_union_of_its_kernels_by_their_own_timestamps():
+    # given two calls: the first launches two kernels whose runs overlap on two streams (610-630 and
+    # 620-640: 30 ns of device time, not 40), the second one kernel of 20 ns; and a judge kernel after each
+    first = [forward_range(100, 200, own_id=1), *launched("a_kernel", 110, cupti_id=20, link=1),
+             launch(120, cupti_id=21, link=1), kernel("b_kernel", 620, cupti_id=21, link=1, stream=SIDE_STREAM),
+             op("aten::sum", 300, own_id=2), *launched("judge_reduce_kernel", 310, cupti_id=22, link=2)]
+    second = [forward_range(1000, 1100, own_id=3), *launched("a_kernel", 1010, cupti_id=23, link=3),
+              op("aten::sum", 1200, own_id=4), *launched("judge_reduce_kernel", 1210, cupti_id=24, link=4)]
+    # when they are attributed
+    spans = attribute(first + second, LABEL).spans_ns
+    # then each call has the device time its own kernels ran, the judge's left out
+    assert spans == [30, 20]
