@@ -260,9 +260,6 @@ def attribute(events: list[Any], label: str) -> Attribution:
                 hi = mid
         return lo - 1 if lo > 0 and t <= ranges[lo - 1][1] else -1
 
-    def inside(t: int) -> bool:
-        return which(t) >= 0
-
     ops: dict[str, int] = {}
     opened_inside: dict[int, int] = {}  # own id of an unlinked host event that started inside a range -> the range
     calls: dict[tuple[int, int], list[int]] = {}  # (own id, link) of a host event -> its start times
@@ -273,9 +270,10 @@ def attribute(events: list[Any], label: str) -> Attribution:
             continue
         if _linked(e) or _is_api_call(e):  # a framework event launches nothing (its id is not CUPTI's)
             calls.setdefault((_own_id(e), _linked(e)), []).append(e.start_ns())
-        if _linked(e) or not inside(e.start_ns()):
+        where = -1 if _linked(e) else which(e.start_ns())
+        if where < 0:
             continue
-        opened_inside[_own_id(e)] = which(e.start_ns())
+        opened_inside[_own_id(e)] = where
         if e.name() != label:
             ops[e.name()] = ops.get(e.name(), 0) + 1
     kernels: dict[str, int] = {}
