@@ -70,6 +70,19 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
+def system_oom_kills() -> int | None:
+    """How many processes the kernel's out-of-memory killer has ended since boot (/proc/vmstat);
+    None where the system does not say."""
+    try:
+        with open("/proc/vmstat", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def cpu_seconds(pid: int) -> float | None:
     """CPU seconds (user and system) a live process has used so far, with those of the descendants
     it has already reaped (a compile child's compilers); None once it is gone or on a system without
@@ -125,6 +138,7 @@ class Child:
     _buffer: bytearray = field(default_factory=bytearray)
     _eof: bool = False
     _closed: bool = False
+    _oom_kills: int | None = field(default_factory=system_oom_kills)  # the system's count when it started
 
     # --- sending -------------------------------------------------------------------------
     def send(self, obj: Any) -> threading.Thread:
@@ -257,6 +271,12 @@ class Child:
                 name = signal.Signals(-code).name
             except ValueError:
                 name = str(-code)
+            before, now = self._oom_kills, system_oom_kills()
+            if -code == signal.SIGKILL and before is not None and now is not None and now > before:
+                # not ours (our kills end in a timeout or memory error first): the host ran out of memory
+                return (f"the {self.role} process was killed by signal {name}: the system's out-of-memory "
+                        f"killer ended {now - before} process(es) meanwhile, so the host ran out of memory "
+                        "(the evaluations running at once may need more than this machine has)")
             return f"the {self.role} process was killed by signal {name}"
         return f"the {self.role} process exited early with code {code} before the evaluation finished"
 

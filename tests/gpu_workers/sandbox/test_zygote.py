@@ -79,6 +79,21 @@ def test_exit_codes_and_signals_come_back_as_popen_gives_them():
         assert killed.proc.returncode == -signal.SIGKILL
 
 
+def test_a_child_the_systems_out_of_memory_killer_ended_says_so(monkeypatch):
+    # given a child killed by SIGKILL (not by us) while the system's OOM-kill count rose
+    killed = sandbox.spawn("compile")
+    started_with = killed._oom_kills if killed._oom_kills is not None else 0
+    monkeypatch.setattr(sandbox, "system_oom_kills", lambda: started_with + 1)
+    with killed:
+        killed.send({"kernel_source": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", "env": {},
+                     "spare": False})
+        with pytest.raises(sandbox.ChildError) as excinfo:
+            killed.recv(time.monotonic() + 120)
+    # then the error names the cause, not only the signal
+    assert "killed by signal SIGKILL: the system's out-of-memory killer ended 1 process" in str(excinfo.value)
+    assert "the host ran out of memory" in str(excinfo.value)
+
+
 def test_a_dead_zygote_is_replaced_and_its_running_children_end():
     first = zygote.zygote_for(sandbox.scrubbed_env())
     waiting = sandbox.spawn("compile")  # waits for its setup: alive until the zygote goes
