@@ -8,7 +8,8 @@
 #   tests       every gpu-marked test (pytest -m gpu; one line per test, each bounded by TEST_TIMEOUT_S), results
 #               also as $OUT/junit.xml; TESTS=tests/gpu_workers tests/training tests/agent on a node without the web extras
 #   sweep       KernelBench identity sweep (bench/kernelbench_sweep.py; KERNELBENCH: the task folder, carried into the
-#               checkout since ../shared does not travel): resumable; its JSONL is $OUT/sweep.jsonl,
+#               checkout since ../shared does not travel): resumable; its JSONL is $OUT/sweep.jsonl (and every
+#               evaluation's phases as they happen, $OUT/sweep.jsonl.progress.log),
 #               seeded from SWEEP_RESUME (a JSONL from an earlier call) or else from the last call's rows on a
 #               warm machine (SWEEP_STATE, /tmp/kc-state/sweep.jsonl), so a long sweep spans several calls
 #   compile     cold compile-and-load, ours against load_inline (bench/compile_speed.py)

@@ -11,12 +11,16 @@ interrupted sweep continues where it stopped; the summary covers every row in th
 each call, warm-ups, fixed inputs, a 256 MB L2 flush) in a process of its own, after its evaluation,
 holding the GPU alone: the agreement of the two methods is measured in the same run. ``--repeat K``
 evaluates each task K times (a separate evaluation each) and the summary gives each task's max/min.
+Every evaluation's phases and messages are written as they happen to ``--progress`` (default: the
+out file's name with ``.progress.log``), so a sweep cut off by a time box still shows where each
+evaluation in flight was.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import statistics
 import subprocess
 import sys
@@ -205,11 +209,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plain", action="store_true", help="also time each task the plain way")
     parser.add_argument("--plain-trials", type=int, default=100)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--progress", default=None, help="the live log of every evaluation's phases")
     args = parser.parse_args(argv)
+    progress = logging.FileHandler(args.progress or f"{args.out}.progress.log", encoding="utf-8")
+    progress.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    live = logging.getLogger("gpu_workers.progress")
+    live.addHandler(progress)
+    live.setLevel(logging.DEBUG)
 
     from gpu_workers.schema import EvalRequest
     from gpu_workers.suite.kernelbench import identity_candidate, task_files
-    from gpu_workers.workers.pool import LocalPool
 
     tasks = task_files(Path(args.root), args.levels, args.tasks)
     if not tasks:
@@ -228,6 +237,19 @@ def main(argv: list[str] | None = None) -> int:
                                     timing_budget_s=args.timing_budget, max_elements=args.max_elements,
                                     baselines=tuple(b for b in args.baselines.split(",") if b)))
     began = time.monotonic()
+    try:
+        _sweep(args, requests, todo, out, began)
+    finally:
+        live.removeHandler(progress)
+        progress.close()
+    wall = time.monotonic() - began
+    print(summarize(_rows(out), wall, len(todo)))
+    return 0
+
+
+def _sweep(args: argparse.Namespace, requests: list[Any], todo: list[Any], out: Path, began: float) -> None:
+    from gpu_workers.workers.pool import LocalPool
+
     with LocalPool(workers=args.workers, gpus=args.gpus) as pool, out.open("a", encoding="utf-8") as sink:
         for index, result in pool.as_completed(requests):
             task, repeat = todo[index]
@@ -238,9 +260,6 @@ def main(argv: list[str] | None = None) -> int:
             sink.write(json.dumps(row) + "\n")
             sink.flush()
             print(f"{task.key} #{repeat}: {result.status} {result.speedup.get('eager')}", file=sys.stderr)
-    wall = time.monotonic() - began
-    print(summarize(_rows(out), wall, len(todo)))
-    return 0
 
 
 if __name__ == "__main__":

@@ -80,7 +80,7 @@ def _evaluate_once(request: EvalRequest, settings: EvaluatorSettings) -> EvalRes
         return stop("runtime_error", str(exc))
     compile_ms, compile_log, run_log = None, "", ""
     slot = SlotUse()
-    timeline = Timeline(started)
+    timeline = Timeline(started, request.task_name or request.kernel_hash[:12])
     cpu = CpuUse()
     own_cpu = time.thread_time()
     candidate_child: sandbox.Child | None = None

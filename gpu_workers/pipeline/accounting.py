@@ -4,6 +4,7 @@ child's timing window, and the GPU slot's use."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -11,17 +12,24 @@ from typing import Any
 from ..sandbox import process as sandbox
 from ..sandbox.gpuslot import SlotUse
 
+PROGRESS = logging.getLogger("gpu_workers.progress")  # every mark as it happens, for who listens
+
 
 class Timeline:
     """Seconds since the evaluation began at which each phase and child message arrived (kept with
-    the result: where an evaluation's time went)."""
+    the result: where an evaluation's time went). Each mark is also logged as it happens (at DEBUG,
+    on ``gpu_workers.progress``, under ``name``), so an evaluation still running, or cut off, shows
+    where it is."""
 
-    def __init__(self, started: float):
+    def __init__(self, started: float, name: str = ""):
         self._started = started
+        self._name = name
         self.events: list[list[Any]] = []
 
     def mark(self, label: str) -> None:
-        self.events.append([label, round(time.monotonic() - self._started, 3)])
+        at = round(time.monotonic() - self._started, 3)
+        self.events.append([label, at])
+        PROGRESS.debug("%s %.3f %s", self._name, at, label)
 
 
 class CpuUse:

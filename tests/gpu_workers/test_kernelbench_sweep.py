@@ -63,3 +63,9 @@ def test_sweep_smoke_on_the_cpu_resumes_and_summarizes(tmp_path, capsys, kernelb
     assert len(out.read_text().splitlines()) == 2
     assert "passed: 2 of 2" in first and "identity |speedup vs eager - 1|" in first
     assert "this run: 0 evaluations" not in again and "passed: 2 of 2" in again
+    # and each evaluation's phases were written down as they happened, under its task's name
+    live = (tmp_path / "sweep.jsonl.progress.log").read_text().splitlines()
+    for task in ("level1/19_ReLU", "level1/23_Softmax"):
+        mine = [line for line in live if f" {task} " in line]
+        assert any(line.endswith("reference: slot") for line in mine), live[-5:]
+        assert any(line.endswith("candidate: done") for line in mine), live[-5:]
