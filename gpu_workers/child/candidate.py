@@ -38,7 +38,6 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
     # bench/confine_cuda.py), before any candidate code: the driver's own threads stay unconfined.
     writable = confine_candidate_code(setup["kernel_source"])
     prepare_torch(setup)
-    measure.tune_cpu_heap()
     low_precision = {torch.float16, torch.bfloat16, getattr(torch, "float8_e4m3fn", torch.float16),
                      getattr(torch, "float8_e5m2", torch.float16)}
 

@@ -171,6 +171,18 @@ def tune_cpu_heap() -> None:
         pass
 
 
+def release_cpu_heap() -> None:
+    """Give the heap's free memory back to the system (``malloc_trim``): under ``tune_cpu_heap`` a
+    process keeps what it freed, and a reference child kept for the next evaluation would carry the
+    last one's peak into a task whose memory limit is smaller."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 # ---- outputs -------------------------------------------------------------------------------
 def flatten(value: Any) -> list[Any]:
     if isinstance(value, list | tuple):

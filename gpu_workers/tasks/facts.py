@@ -27,7 +27,8 @@ from ..settings import current
 # median) and how a window's sample is made (the forward's own time, and only what the output's read
 # took past an ordinary read: timing.charged_ms), and which of the judge's work a baseline's loop
 # does outside its windows (every output fingerprinted, as the candidate's are, so the loop overhead
-# kept with it is the candidate's too: judge.timer_finding): "7". Kept baselines are keyed on it, so a
+# kept with it is the candidate's too: judge.timer_finding), under the candidate's CPU heap policy
+# (runtime.prepare_torch): "7". Kept baselines are keyed on it, so a
 # baseline kept the old way is never set against a candidate timed the new way.
 TIMING_METHOD = "7"
 

@@ -136,3 +136,26 @@ def test_a_speedup_far_past_the_line_is_flagged_even_before_the_baseline_settles
     flagged = [f for f in result.findings if f.rule == "extreme_speedup"]
     assert len(flagged) == 1 and flagged[0].severity == "review"
     assert f"rests on 1 of {taskfacts.samples()} timings" in flagged[0].message
+
+
+def test_a_kept_output_is_copied_into_its_room_when_it_fits_and_snapshotted_when_not():
+    import torch
+
+    from gpu_workers.child.measure import snapshot
+    from gpu_workers.child.timing import into_slot
+
+    # given the room made before the loop from the warm-up's output (a tensor and a scalar leaf)
+    room = snapshot((torch.zeros(4, 3), 7))
+    out = (torch.arange(12.0).reshape(4, 3), 8)
+    # when an output of the same shape is kept
+    kept = into_slot(room, out)
+    # then its values are in the room (not the candidate's own memory), its other leaves as they came
+    assert kept[0] is room[0] and kept[0].data_ptr() != out[0].data_ptr()
+    assert torch.equal(kept[0], out[0]) and kept[1] == 8
+    out[0].fill_(-1.0)  # a change the candidate makes later is not in the kept copy
+    assert torch.equal(kept[0], torch.arange(12.0).reshape(4, 3))
+    # and an output that does not fit the room (another shape, dtype or structure) is snapshotted afresh
+    for other in ((torch.ones(2, 3), 8), (torch.ones(4, 3, dtype=torch.float64), 8), (torch.ones(4, 3),)):
+        again = into_slot(room, other)
+        assert again[0] is not room[0] and torch.equal(again[0], other[0])
+    assert into_slot(None, out)[0] is not out[0]
