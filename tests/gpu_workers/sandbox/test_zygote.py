@@ -62,21 +62,23 @@ def test_a_forked_child_has_its_own_session_folder_environment_and_descriptors()
         assert a["argv0"].endswith("child/main.py")
 
 
-def test_exit_codes_and_signals_come_back_as_popen_gives_them():
-    child = sandbox.spawn("compile")
+def _ended_by(child: sandbox.Child, kernel_source: str) -> str:
+    """The error a compile child's end gives, running ``kernel_source``."""
     with child:
-        child.send({"kernel_source": "import os\nos._exit(7)\n", "env": {}, "spare": False})
+        child.send({"kernel_source": kernel_source, "env": {}, "spare": False})
         with pytest.raises(sandbox.ChildError) as excinfo:
             child.recv(time.monotonic() + 120)
-        assert "exited early with code 7" in str(excinfo.value)
+    return str(excinfo.value)
+
+
+SELF_KILL = "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"
+
+
+def test_exit_codes_and_signals_come_back_as_popen_gives_them():
+    assert "exited early with code 7" in _ended_by(sandbox.spawn("compile"), "import os\nos._exit(7)\n")
     killed = sandbox.spawn("compile")
-    with killed:
-        killed.send({"kernel_source": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", "env": {},
-                     "spare": False})
-        with pytest.raises(sandbox.ChildError) as excinfo:
-            killed.recv(time.monotonic() + 120)
-        assert "killed by signal SIGKILL" in str(excinfo.value)
-        assert killed.proc.returncode == -signal.SIGKILL
+    assert "killed by signal SIGKILL" in _ended_by(killed, SELF_KILL)
+    assert killed.proc.returncode == -signal.SIGKILL
 
 
 def test_a_child_the_systems_out_of_memory_killer_ended_says_so(monkeypatch):
@@ -84,14 +86,10 @@ def test_a_child_the_systems_out_of_memory_killer_ended_says_so(monkeypatch):
     killed = sandbox.spawn("compile")
     started_with = killed._oom_kills if killed._oom_kills is not None else 0
     monkeypatch.setattr(sandbox, "system_oom_kills", lambda: started_with + 1)
-    with killed:
-        killed.send({"kernel_source": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", "env": {},
-                     "spare": False})
-        with pytest.raises(sandbox.ChildError) as excinfo:
-            killed.recv(time.monotonic() + 120)
+    message = _ended_by(killed, SELF_KILL)
     # then the error names the cause, not only the signal
-    assert "killed by signal SIGKILL: the system's out-of-memory killer ended 1 process" in str(excinfo.value)
-    assert "the host ran out of memory" in str(excinfo.value)
+    assert "killed by signal SIGKILL: the system's out-of-memory killer ended 1 process" in message
+    assert "the host ran out of memory" in message
 
 
 def test_a_dead_zygote_is_replaced_and_its_running_children_end():
