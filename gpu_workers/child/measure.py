@@ -158,16 +158,24 @@ class Poisoner:
         del block  # back to the caching allocator (CUDA) or the heap (CPU, see tune_cpu_heap)
 
 
-def tune_cpu_heap() -> None:
-    """Keep large CPU blocks on glibc's heap instead of fresh zeroed mmaps, so poison sticks."""
+def _libc() -> Any:
+    """glibc, or None where it cannot be loaded (the heap's policy is then the system's)."""
     try:
         import ctypes
 
-        libc = ctypes.CDLL("libc.so.6")
-        m_trim_threshold, m_mmap_threshold = -1, -3
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+
+
+def tune_cpu_heap() -> None:
+    """Keep large CPU blocks on glibc's heap instead of fresh zeroed mmaps, so poison sticks."""
+    libc = _libc()
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    try:
         libc.mallopt(m_mmap_threshold, 1 << 30)
         libc.mallopt(m_trim_threshold, 1 << 31)
-    except (OSError, AttributeError):
+    except AttributeError:  # no glibc (or none loaded): the system's policy
         pass
 
 
@@ -176,10 +184,8 @@ def release_cpu_heap() -> None:
     process keeps what it freed, and a reference child kept for the next evaluation would carry the
     last one's peak into a task whose memory limit is smaller."""
     try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
+        _libc().malloc_trim(0)
+    except AttributeError:  # no glibc (or none loaded)
         pass
 
 

@@ -422,19 +422,19 @@ def into_slot(slot: list[Any] | None, out: Any) -> list[Any]:
     where every leaf fits it; a fresh snapshot where one does not (another shape, dtype, device or
     structure)."""
     leaves = flatten(out)
-    if slot is None or len(slot) != len(leaves) or not all(
-            (type(v) is torch.Tensor) == (type(s) is torch.Tensor)
-            and (type(v) is not torch.Tensor or (v.shape == s.shape and v.dtype == s.dtype and v.device == s.device))
-            for s, v in zip(slot, leaves)):
+    if slot is None or len(slot) != len(leaves) or not all(map(_fits, slot, leaves)):
         return snapshot(out)
-    copied = []
-    for s, v in zip(slot, leaves):
-        if type(v) is torch.Tensor:
-            _tensor_copy(s, _tensor_detach(v))
-            copied.append(s)
-        else:
-            copied.append(v)
-    return copied
+    for room, leaf in zip(slot, leaves):
+        if type(leaf) is torch.Tensor:
+            _tensor_copy(room, _tensor_detach(leaf))
+    return [room if type(leaf) is torch.Tensor else leaf for room, leaf in zip(slot, leaves)]
+
+
+def _fits(room: Any, leaf: Any) -> bool:
+    if type(leaf) is not torch.Tensor:
+        return type(room) is not torch.Tensor
+    return (type(room) is torch.Tensor and leaf.shape == room.shape and leaf.dtype == room.dtype
+            and leaf.device == room.device)
 
 
 def _read_cost(out: Any, device: torch.device, repeats: int = 5) -> float:
