@@ -197,6 +197,19 @@ def fingerprint_finding(rule_set: dict[str, Any], fingerprints: list[Any],
                         f"{len(wrong)} of {len(fingerprints)} timed calls; " + "; ".join(wrong[:3]))
 
 
+def late_change_finding(rule_set: dict[str, Any], stats: dict[str, Any]) -> Finding | None:
+    """``deferred_work`` from the timing: a timed call's output read again once the device was idle
+    did not give the checksums the window's own read of it gave (``isolation.late_changes``), so
+    work on it went on after the timer stopped. Unlike the trials' read at return, this does not
+    depend on who wins a race: the window's read is inside the time whatever it saw."""
+    changed = int(stats.get("changed_after_read") or 0)
+    if not changed:
+        return None
+    return make_finding(rule_set, "deferred_work", f"{changed} timed call(s) of {stats.get('iterations')}: the "
+                        "output's checksums changed between the timed window's read and a read once the "
+                        "device was idle")
+
+
 def thread_budget_finding(rule_set: dict[str, Any], stats: dict[str, Any], threads: int) -> Finding | None:
     """``thread_budget``: CPU time inside the timed windows beyond the baselines' thread budget."""
     cpu, wall = stats.get("cpu_s"), stats.get("window_s")

@@ -2,7 +2,7 @@
 
 A rule set is a JSON-able dict::
 
-    {"name": "strict", "version": "2026.12.02", "track": "strict",
+    {"name": "strict", "version": "2026.12.03", "track": "strict",
      "dynamic": {"library_compute": {"enabled": true, "severity": "reject"}, ...},
      "static": [{"rule", "kind": "regex"|"ast_call"|"ast_attr"|"ast_import", "pattern",
                  "severity", "message", "family"}],
@@ -22,7 +22,7 @@ from typing import Any
 
 from .schema import Finding
 
-RULE_SET_VERSION = "2026.12.02"
+RULE_SET_VERSION = "2026.12.03"
 
 # Ops that allocate, view or move memory: allowed in ModelNew.forward on the strict track.
 ALLOCATION_AND_VIEW_OPS = (

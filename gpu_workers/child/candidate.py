@@ -25,9 +25,9 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
         Fingerprint,
         JustInTime,
         OperatorSnapshot,
+        copy_at_return,
         executable_mappings,
         judge_ops,
-        unreadable_outputs,
     )
     from .perturb import construct
     from .size import apply_constants
@@ -190,10 +190,10 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
         with judge_ops():
             measure.synchronize(device)
             leaves = measure.flatten(out)
-            with guard.exempt():  # the judge reads its own process's maps (refused to candidate code)
-                unreadable = unreadable_outputs(leaves)  # before any read: a mapping without access shows
+            with guard.exempt():  # the judge reads its own process's memory (refused to candidate code)
+                first, unreadable = copy_at_return(leaves, measure.clone_leaf)
             kinds = []
-            for leaf in leaves:  # exact type and real storage, before anything else touches the output
+            for leaf in leaves:  # exact type and real storage
                 if type(leaf) is not torch.Tensor:
                     kinds.append(f"{type(leaf).__module__}.{type(leaf).__qualname__}")
                 elif leaf.is_meta or leaf.device.type != device.type:
@@ -203,7 +203,6 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
                 else:
                     kinds.append("tensor")
             kinds += [f"tensor whose memory is not readable ({what})" for what in unreadable]
-            first = measure.snapshot(leaves)
             mutated = not measure.same_values(measure.snapshot(inputs), inputs_before)
             measure._sleep(float(setup.get("settle_s", 0.02)))
             measure.synchronize(device)

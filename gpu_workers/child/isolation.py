@@ -12,8 +12,10 @@
   code inside the judge's operations, whatever it calls the registration.
 * ``read_all``: every byte of every output read (a checksum) as the timed window's last act, so an
   output filled on first touch (a fault handler, a lazily mapped buffer) is filled inside it;
-  ``unreadable_outputs``: an output's memory must be ordinary readable memory of the process when
-  forward returns (``/proc/self/maps``), not a mapping without access that a handler fills later.
+  ``late_changes``: the same checksums read again once the device is idle must not have moved, or
+  work on the output went on after the window closed;
+  ``copy_at_return``: the judge's first read of an output, as forward returns, from ordinary readable
+  memory of the process (a kernel copy that cannot fault a page in), never a fault handler's.
 * ``Fingerprint``: a few projections of an output on secret random vectors, with the bound that
   any output within the tolerance must meet; the trusted reference computes the same for the same
   inputs, so every timed call's output is checked, not a sample.
@@ -21,8 +23,9 @@
 
 from __future__ import annotations
 
-import bisect
+import ctypes
 import math
+import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -46,6 +49,8 @@ _tensor_abs = torch.Tensor.abs
 _tensor_mul = torch.Tensor.mul
 _tensor_add = torch.Tensor.add
 _torch_dot = torch.dot
+_torch_stack = torch.stack
+_tensor_tolist = torch.Tensor.tolist
 _torch_randn = torch.randn
 _generator = torch.Generator
 _open = open
@@ -131,9 +136,11 @@ class OperatorSnapshot:
 
 
 # ---- outputs are really there -------------------------------------------------------------------
-def read_all(leaves: Sequence[Any]) -> None:
+def read_all(leaves: Sequence[Any]) -> list[torch.Tensor]:
     """Read every byte of every tensor output: a sum over each (in its own dtype: a vectorised pass
-    over all its memory; on CUDA queued on the stream). The read is the point, not the value."""
+    over all its memory; on CUDA queued on the stream). The sums come back, uncompared: read again
+    later (``late_changes``), an output that is final gives the same sums bit for bit."""
+    sums = []
     for leaf in leaves:
         if type(leaf) is torch.Tensor and leaf.numel():
             flat = _tensor_reshape(leaf, -1)
@@ -142,48 +149,103 @@ def read_all(leaves: Sequence[Any]) -> None:
             checksum = _tensor_sum(flat)
             if leaf.device.type == "cpu":
                 float(checksum)
+            sums.append(checksum)
+    return sums
 
 
-def _readable_ranges() -> list[tuple[int, int]]:
-    ranges: list[tuple[int, int]] = []
+def late_changes(pairs: Sequence[tuple[Sequence[torch.Tensor], Sequence[torch.Tensor]]]) -> list[int]:
+    """The indices of the pairs (a timed window's ``read_all`` of an output, and the same read once
+    the device is idle) whose sums differ: the output changed after the window's last act, so some
+    of its work ran after the timer stopped (a thread, a stream the timer's never waited for). The
+    sums are moved off the device once per device, not once per window."""
+    columns: dict[Any, tuple[list[Any], list[Any], list[int]]] = {}
+    for index, (seen, again) in enumerate(pairs):
+        if len(seen) != len(again):
+            columns.setdefault("count", ([], [], []))[2].append(index)
+            continue
+        for a, b in zip(seen, again):
+            column = columns.setdefault(a.device, ([], [], []))
+            column[0].append(_tensor_to(a, torch.float64))
+            column[1].append(_tensor_to(b, torch.float64))
+            column[2].append(index)
+    changed = set(columns.pop("count", ([], [], []))[2])
+    for firsts, seconds, owners in columns.values():
+        for owner, a, b in zip(owners, _tensor_tolist(_tensor_to(_torch_stack(firsts), "cpu")),
+                               _tensor_tolist(_tensor_to(_torch_stack(seconds), "cpu"))):
+            if a != b and not (a != a and b != b):  # NaN both times is no change
+                changed.add(owner)
+    return sorted(changed)
+
+
+class _Iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
+
+
+def _bind_vm_readv() -> Any:
+    """``process_vm_readv`` of glibc, bound before any candidate import. Through ``PyDLL`` the call
+    keeps the GIL, so no Python thread of the candidate's runs while the judge copies."""
     try:
-        with _open("/proc/self/maps", encoding="ascii", errors="replace") as handle:
-            for line in handle:
-                span, perms = line.split(None, 2)[:2]
-                if perms.startswith("r"):
-                    lo, hi = span.split("-")
-                    ranges.append((int(lo, 16), int(hi, 16)))
-    except OSError:
-        return []
-    ranges.sort()
-    merged: list[tuple[int, int]] = []
-    for lo, hi in ranges:
-        if merged and lo <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
-        else:
-            merged.append((lo, hi))
-    return merged
+        function = ctypes.PyDLL(None, use_errno=True).process_vm_readv
+    except (OSError, AttributeError):
+        return None
+    function.restype = ctypes.c_ssize_t
+    function.argtypes = [ctypes.c_int, ctypes.POINTER(_Iovec), ctypes.c_ulong, ctypes.POINTER(_Iovec),
+                         ctypes.c_ulong, ctypes.c_ulong]
+    return function
 
 
-def unreadable_outputs(leaves: Sequence[Any]) -> list[str]:
-    """Outputs on the CPU whose bytes do not all lie in readable memory of this process right
-    now (a mapping without access, filled by a fault handler on first read, or no mapping)."""
-    cpu = [(k, leaf) for k, leaf in enumerate(leaves)
-           if type(leaf) is torch.Tensor and leaf.device.type == "cpu" and leaf.numel()]
-    if not cpu:
-        return []
-    ranges = _readable_ranges()
-    if not ranges:
-        return []
-    starts = [lo for lo, _ in ranges]
-    bad = []
-    for k, leaf in cpu:
-        storage = leaf.untyped_storage()
-        lo, hi = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
-        i = bisect.bisect_right(starts, lo) - 1
-        if i < 0 or not (ranges[i][0] <= lo and hi <= ranges[i][1]):
-            bad.append(f"output {k}: bytes {lo:#x}-{hi:#x} are not readable memory of the process")
-    return bad
+_vm_readv = _bind_vm_readv()
+_getpid = os.getpid
+_tensor_data_ptr = torch.Tensor.data_ptr
+_tensor_as_strided = torch.Tensor.as_strided
+_torch_empty = torch.empty
+
+
+def _copy_unfaulted(leaf: torch.Tensor) -> torch.Tensor | None:
+    """The bytes under a strided CPU tensor, read by the kernel (``process_vm_readv`` on this process)
+    into a new tensor of the same strides: memory without access, unmapped or served by a fault
+    handler fails the read instead of running the handler. None when a byte could not be read."""
+    extent = 1 + sum((size - 1) * stride for size, stride in zip(leaf.shape, leaf.stride()))
+    into = _torch_empty(extent, dtype=leaf.dtype)
+    address, target, nbytes = _tensor_data_ptr(leaf), _tensor_data_ptr(into), extent * leaf.element_size()
+    done, pid = 0, _getpid()
+    while done < nbytes:
+        local, remote = _Iovec(target + done, nbytes - done), _Iovec(address + done, nbytes - done)
+        got = _vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+        if got <= 0:
+            return None
+        done += got
+    return _tensor_as_strided(into, leaf.shape, leaf.stride())
+
+
+def _plain_cpu(leaf: Any) -> bool:
+    """A strided CPU tensor of its own class whose storage holds every element it claims."""
+    if not (type(leaf) is torch.Tensor and leaf.device.type == "cpu" and leaf.layout == torch.strided
+            and leaf.numel() > 0 and not leaf.is_quantized and not leaf.is_conj() and not leaf.is_neg()):
+        return False
+    extent = 1 + sum((size - 1) * stride for size, stride in zip(leaf.shape, leaf.stride()))
+    try:
+        return leaf.untyped_storage().nbytes() >= (leaf.storage_offset() + extent) * leaf.element_size()
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
+def copy_at_return(leaves: Sequence[Any], clone: Any) -> tuple[list[Any], list[str]]:
+    """The judge's first read of forward's outputs, its first act after the return (REWARD_HACKS
+    families 6 and 8): every CPU tensor's bytes copied by the kernel without faulting a page in (a
+    mapping that a handler fills on first touch cannot be filled by this read), the rest by
+    ``clone``. Work a candidate left running after its return shows as an output that later reads
+    see change, as long as it takes longer than this copy takes to begin. Also the outputs whose
+    memory could not be read so, which then are cloned as any other (the finding is made)."""
+    copies, unreadable = [], []
+    for k, leaf in enumerate(leaves):
+        plain = _vm_readv is not None and _plain_cpu(leaf)
+        copy = _copy_unfaulted(leaf) if plain else None
+        if plain and copy is None:
+            unreadable.append(f"output {k}: bytes from {_tensor_data_ptr(leaf):#x} could not be read "
+                              "without a page fault")
+        copies.append(copy if copy is not None else clone(leaf))
+    return copies, unreadable
 
 
 # ---- fingerprints ------------------------------------------------------------------------------

@@ -199,9 +199,14 @@ def flatten(value: Any) -> list[Any]:
     return [value]
 
 
+def clone_leaf(value: Any) -> Any:
+    """A detached copy of a tensor (the judge's own clone, bound at start); anything else as it is."""
+    return _tensor_clone(_tensor_detach(value)) if type(value) is torch.Tensor else value
+
+
 def snapshot(value: Any) -> list[Any]:
-    """Detached copies of every tensor leaf (the judge's own clone, bound at start)."""
-    return [_tensor_clone(_tensor_detach(v)) if type(v) is torch.Tensor else v for v in flatten(value)]
+    """Detached copies of every tensor leaf."""
+    return [clone_leaf(v) for v in flatten(value)]
 
 
 def has_storage(tensor: torch.Tensor) -> bool:

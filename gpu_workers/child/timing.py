@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .isolation import judge_ops, process_cpu_s, read_all
+from .isolation import judge_ops, late_changes, process_cpu_s, read_all
 from .measure import (
     _cuda_spin,
     _Event,
@@ -195,17 +195,19 @@ def time_callable(
             for i in tensors:
                 _tensor_copy(buffers[i], rotation[i])
 
-    def read(out: Any) -> None:
+    def read(out: Any) -> list[Any]:
         """The window's last act: every output byte read (queued on the stream on CUDA)."""
         with judge_ops():
-            read_all(flatten(out))
+            return read_all(flatten(out))
 
     fingerprints: list[list[Any]] = []
+    reads: list[tuple[list[Any], list[Any]]] = []  # each window's checksums, and the same once idle
 
     slots: dict[int, list[Any]] = {}  # where each kept set's output is copied (made before the loop)
 
-    def keep_output(r: int, out: Any) -> None:
+    def keep_output(r: int, out: Any, seen: list[Any]) -> None:
         with judge_ops():
+            reads.append((seen, read_all(flatten(out))))
             if keep is None or r in keep:
                 kept[r] = into_slot(slots.get(r), out)  # moved to the CPU once, after the loop
             if fingerprint is not None:
@@ -272,11 +274,11 @@ def time_callable(
         host0 = _perf_counter()
         out = fn(*buffers)
         host1 = _perf_counter()
-        read(out)
+        seen = read(out)
         synchronize(device)
         _event_record(end)
         _event_sync(end)
-        keep_output(r, out)
+        keep_output(r, out, seen)
         del out
         e2e_times.append(max(float(_event_elapsed(start, end)) - read_ms, 0.0))
         host_times.append((host1 - host0) * 1e3)
@@ -319,7 +321,7 @@ def time_callable(
                 cpu0, wall0 = process_cpu_s(), _perf_counter()
                 out = fn(*buffers)
                 _event_record(middle)
-                read(out)
+                seen = read(out)
                 _event_record(end)
                 queued_ms = (_perf_counter() - queued0) * 1e3
                 synchronize(device)  # device-wide: a side stream's output is complete before it is kept
@@ -334,14 +336,14 @@ def time_callable(
                 host0 = _perf_counter()
                 out = fn(*buffers)
                 returned = _perf_counter()
-                read(out)
+                seen = read(out)
                 host1 = _perf_counter()
                 cpu_s, window_s = cpu_s + process_cpu_s() - cpu0, window_s + host1 - host0
                 read_seen = (host1 - returned) * 1e3
                 times.append(charged_ms((returned - host0) * 1e3, read_seen, read_ms))
                 read_excess = max(read_excess, read_seen - read_ms)
-            keep_output(r, out)
-            del out
+            keep_output(r, out, seen)
+            del out, seen
             iteration += 1
             if cuda and iteration % ROUND_TRIP_EVERY == 0:
                 end_to_end(ends[(iteration // ROUND_TRIP_EVERY - 1) % len(ends)])
@@ -410,6 +412,8 @@ def time_callable(
         "kept_rotations": sorted(kept),
         "fingerprints": fingerprints,
         "fingerprinted": len(fingerprints),
+        # windows whose output's checksums moved after the window's read (work after the timer stopped)
+        "changed_after_read": len(late_changes(reads)),
         "read_ms": read_ms,
         "read_excess_max_ms": read_excess,
         "cpu_s": cpu_s,

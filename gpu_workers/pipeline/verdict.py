@@ -164,6 +164,7 @@ def judge_evidence(request: EvalRequest, rule_set: dict[str, Any], hardware: dic
         _keep(findings, judge.unjoined_stream_finding(rule_set, timing, evidence.watch))
         _keep(findings, judge.device_time_finding(rule_set, timing, evidence.watch))
     if correct:
+        _keep(findings, judge.late_change_finding(rule_set, timing))
         _keep(findings, judge.fingerprint_finding(rule_set, timing.get("fingerprints") or [], reference["rotations"]))
         eager = baselines.get("eager", {})
         f = judge.timer_finding(rule_set, wall_ms=evidence.timing_wall_ms, stats=timing,

@@ -26,11 +26,11 @@ from ..settings import current
 # What a timing means (timing.time_callable and its L2 flush), how kept samples combine (their lower
 # median) and how a window's sample is made (the forward's own time, and only what the output's read
 # took past an ordinary read: timing.charged_ms), and which of the judge's work a baseline's loop
-# does outside its windows (every output fingerprinted, as the candidate's are, so the loop overhead
-# kept with it is the candidate's too: judge.timer_finding), under the candidate's CPU heap policy
-# (runtime.prepare_torch): "7". Kept baselines are keyed on it, so a
+# does outside its windows (every output fingerprinted and its window's read repeated, as the
+# candidate's are, so the loop overhead kept with it is the candidate's too: judge.timer_finding),
+# under the candidate's CPU heap policy (runtime.prepare_torch): "8". Kept baselines are keyed on it, so a
 # baseline kept the old way is never set against a candidate timed the new way.
-TIMING_METHOD = "7"
+TIMING_METHOD = "8"
 
 
 def samples() -> int:

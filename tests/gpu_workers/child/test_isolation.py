@@ -13,10 +13,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from gpu_workers.child.isolation import (
     Fingerprint,
     OperatorSnapshot,
+    copy_at_return,
     judge_ops,
     process_cpu_s,
     read_all,
-    unreadable_outputs,
 )
 from gpu_workers.judge import fingerprint_mismatch
 
@@ -107,7 +107,7 @@ def test_read_all_reads_every_output_byte_and_fills_a_lazily_mapped_output():
     del out
 
 
-def test_an_output_without_readable_memory_is_found():
+def test_an_output_without_readable_memory_is_found_without_touching_it():
     # given a tensor over a mapping without access (as a fault handler would fill later)
     length = mmap.PAGESIZE * 2
     buf = mmap.mmap(-1, length, prot=mmap.PROT_READ | mmap.PROT_WRITE)
@@ -115,15 +115,36 @@ def test_an_output_without_readable_memory_is_found():
     libc = ctypes.CDLL(None)
     libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     readable = torch.frombuffer(buf, dtype=torch.float32)
-    assert unreadable_outputs([readable]) == []
+    readable.copy_(torch.arange(readable.numel(), dtype=torch.float32))
+    copies, unreadable = copy_at_return([readable], lambda leaf: leaf.clone())
+    assert unreadable == [] and torch.equal(copies[0], readable)
     assert libc.mprotect(ctypes.c_void_p(address), length, 0) == 0  # PROT_NONE
     try:
-        # then the check names it, without touching its bytes
-        found = unreadable_outputs([readable])
-        assert len(found) == 1 and found[0].startswith("output 0: bytes ")
+        # then the first read names it, and falls back to the judge's clone only after saying so
+        # (here the clone must not run: it would fault)
+        def refuse(leaf):
+            return "not read"
+        copies, unreadable = copy_at_return([readable, 3], refuse)
+        assert len(unreadable) == 1 and unreadable[0].startswith("output 0: bytes from ")
+        assert copies == ["not read", "not read"]
     finally:
         libc.mprotect(ctypes.c_void_p(address), length, mmap.PROT_READ | mmap.PROT_WRITE)
         del readable
+
+
+def test_the_first_read_keeps_a_view_s_strides_and_values():
+    # given outputs that are views: transposed, expanded (stride 0), offset into a larger storage
+    base = torch.randn(6, 8, dtype=torch.float64)
+    views = [base.t(), torch.randn(5).expand(4, 5), base[2:, 3:], torch.zeros(0), torch.randn(3, dtype=torch.cfloat)]
+    copies, unreadable = copy_at_return(views, lambda leaf: leaf.clone())
+    assert unreadable == []
+    for view, copy in zip(views, copies):
+        # then each copy holds the same values in the same layout, in memory of its own
+        assert copy.shape == view.shape and copy.stride() == view.stride() and torch.equal(copy, view)
+        if view.numel():
+            assert copy.data_ptr() != view.data_ptr()
+    base.zero_()
+    assert torch.count_nonzero(copies[0]) > 0
 
 
 def test_fingerprints_pass_outputs_within_tolerance_and_fail_others():

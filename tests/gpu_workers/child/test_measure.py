@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -253,3 +254,53 @@ def test_a_cpu_timing_reports_how_far_its_reads_went_past_an_ordinary_read():
                                  budget_s=0.2, max_iters=30)
     assert stats["read_ms"] > 0 and "read_excess_max_ms" in stats
     assert stats["median_ms"] > 0
+
+
+def test_an_output_changed_after_the_window_s_read_is_counted_and_a_final_one_is_not(monkeypatch):
+    x = torch.randn(4096)
+    rotations = [[torch.randn_like(x)] for _ in range(2)]
+    honest = timing.time_callable(torch.neg, [x], rotations, torch.device("cpu"), budget_s=0.05, max_iters=20)
+    assert honest["changed_after_read"] == 0
+
+    # a writer that finishes the output only once the window's read of it is over: the read wakes it
+    # and waits until it has written (an order made by events, not by timing)
+    pending: list[torch.Tensor] = []
+    wake, written = threading.Event(), threading.Event()
+    stop = False
+
+    def writer():
+        while True:
+            wake.wait()
+            wake.clear()
+            if stop:
+                return
+            torch.neg(pending.pop(), out=out_box[0])
+            written.set()
+
+    out_box: list[torch.Tensor] = []
+
+    def returns_early(t):
+        out_box[:] = [torch.zeros_like(t)]
+        pending.append(t)
+        return out_box[0]
+
+    real_read_all = timing.read_all
+
+    def read_then_let_it_write(leaves):
+        sums = real_read_all(leaves)
+        if pending:
+            written.clear()
+            wake.set()
+            written.wait()
+        return sums
+
+    monkeypatch.setattr(timing, "read_all", read_then_let_it_write)
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        late = timing.time_callable(returns_early, [x], rotations, torch.device("cpu"), budget_s=0.05, max_iters=20)
+    finally:
+        stop = True
+        wake.set()
+        thread.join()
+    assert late["changed_after_read"] == late["iterations"] > 0
