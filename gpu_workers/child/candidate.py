@@ -148,6 +148,7 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
 
     try:
         models = {config: build(config) for config in sorted({t["config"] for t in setup["trials"]} | {0})}
+        setup.pop("state_dicts", None)  # loaded: the host copies of a task's parameters go now
         measure.synchronize(device)
     except BaseException as exc:  # noqa: BLE001
         send("error", where="construct", build_error=False, error=describe(exc))

@@ -128,3 +128,8 @@ def test_host_limit_has_a_floor_and_grows_with_the_outputs():
     kept_on_gpu = host_limit_mb({"input_bytes": GIB, "output_bytes": 8 * GIB, "parameter_bytes": 0}, 5, 0, "cuda",
                                 on_device=True)
     assert kept_on_gpu == 2 * 2 * 1024
+    # the parameters: two configurations' state dicts and one model being built on the host (level3/1_MLP
+    # exceeded a bound of twice its parameters on the H200)
+    weights = host_limit_mb({"input_bytes": 0, "output_bytes": 0, "parameter_bytes": 4 * GIB}, 5, 0, "cuda",
+                            on_device=True)
+    assert weights == 2 * 3 * 4 * 1024
