@@ -1,0 +1,152 @@
+"""Where a host-bound forward's time goes in the evaluator's children: the same task's ``Model``
+timed host-side (``perf_counter`` around each call, the device synchronised before it) in fresh
+processes that each set up one more piece of a child's state than the one before, against a
+process with nothing set up (``plain``, as ``bench/plain_timing.py`` runs).
+
+    python bench/host_overhead.py level3/28_VisionTransformer.py --device cuda --repeat 3
+
+Stages, each including the ones before it:
+  plain     the task's model and inputs at the children's thread count (``--threads``), nothing else
+  prepare   ``runtime.prepare_torch`` (TF32 off, the CPU heap's policy), as both children
+  imports   ``torch._dynamo`` and ``torch._inductor.compile_fx`` imported, as the reference child
+            does for its compile baseline
+  flops     one forward under ``FlopCounterMode``, as the reference counts the roofline's FLOPs
+  guard     the candidate's audit guard installed and sealed, and the model built from source
+            through ``exec_source`` as the candidate's is
+
+Every stage runs once per repeat, in a new process each time, the order rotated between repeats
+so that a drift of the machine's speed falls on every stage alike. The ratio printed for each is
+its median against ``plain``'s in the same repeat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STAGES = ("plain", "prepare", "imports", "flops", "guard")
+
+CHILD = r'''
+import json, sys, time
+sys.path.insert(0, {root!r})
+import torch
+from gpu_workers.child.size import apply_constants
+from gpu_workers.tasks import exec_source, load_task_module
+
+stage, device_name, calls = {stage!r}, {device!r}, {calls!r}
+reached = lambda name: {stages!r}.index(stage) >= {stages!r}.index(name)
+source = open({task!r}).read()
+task = load_task_module(source, None)
+constants = {constants!r}
+if constants:
+    apply_constants(task, constants, source)
+device = torch.device(device_name)
+torch.set_num_threads({threads!r})  # every stage at the children's thread count: the stages differ in nothing else
+if reached("prepare"):
+    from gpu_workers.child.runtime import prepare_torch
+    prepare_torch({{"threads": {threads!r}}})
+if reached("imports"):
+    import torch._dynamo, torch._inductor.compile_fx  # noqa: F401
+torch.manual_seed(0)
+with device:
+    inputs = list(task.get_inputs())
+if reached("guard"):
+    from gpu_workers.child.guard import install
+    from gpu_workers.suite.kernelbench import identity_candidate
+    guard = install()
+    module = exec_source(identity_candidate(source), "kernelcourt_candidate", "<kernel>")
+    if constants:
+        apply_constants(module, constants, source)
+    model_cls = module.ModelNew
+else:
+    model_cls = task.Model
+model = model_cls(*task.get_init_inputs()).to(device).eval()
+if reached("flops"):
+    from torch.utils.flop_counter import FlopCounterMode
+    with FlopCounterMode(display=False), torch.no_grad():
+        model(*inputs)
+if reached("guard"):
+    guard.seal()
+sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+times = []
+with torch.no_grad():
+    for _ in range(10):
+        model(*inputs)
+    for _ in range(calls):
+        sync()
+        began = time.perf_counter()
+        model(*inputs)
+        times.append((time.perf_counter() - began) * 1e3)
+    sync()
+print(json.dumps(times))
+'''
+
+
+def quartiles(times: list[float]) -> dict[str, float]:
+    q = statistics.quantiles(times, n=4)
+    return {"median_ms": statistics.median(times), "q1_ms": q[0], "q3_ms": q[2], "samples": len(times)}
+
+
+def run_stage(stage: str, args: argparse.Namespace, constants: dict[str, int]) -> list[float]:
+    code = CHILD.format(root=str(ROOT), stage=stage, device=args.device, calls=args.calls, stages=STAGES,
+                        task=str(args.task), constants=constants, threads=args.threads)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=args.timeout,
+                          check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"stage {stage}: exit {done.returncode}\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("task", type=Path)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
+    parser.add_argument("--stages", default=",".join(STAGES), help="comma-separated, of " + ", ".join(STAGES))
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads in every stage (the children's)")
+    parser.add_argument("--max-elements", type=int, default=None, help="scale the task down (a CPU smoke)")
+    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--out", type=Path, default=None, help="also write the figures as JSON here")
+    args = parser.parse_args(argv)
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    unknown = sorted(set(stages) - set(STAGES))
+    if unknown or "plain" not in stages:
+        parser.error(f"--stages must name plain and only {', '.join(STAGES)} (got {', '.join(unknown) or 'no plain'})")
+    if not args.task.is_file():
+        parser.error(f"{args.task}: no such task file")
+    constants: dict[str, int] = {}
+    if args.max_elements:
+        sys.path.insert(0, str(ROOT))
+        from gpu_workers.child.size import constant_names, shrink, size_constants
+        from gpu_workers.tasks import load_task_module
+
+        source = args.task.read_text()
+        task = load_task_module(source, None)
+        constants, _ = shrink(task, size_constants(task, constant_names(source)), args.max_elements)
+    figures: dict[str, list[dict[str, float]]] = {s: [] for s in stages}
+    for repeat in range(args.repeat):
+        order = stages[repeat % len(stages):] + stages[:repeat % len(stages)]
+        medians = {}
+        for stage in order:
+            summary = quartiles(run_stage(stage, args, constants))
+            medians[stage] = summary["median_ms"]
+            figures[stage].append(summary)
+        line = "  ".join(f"{s} {medians[s]:.3f} ms ({medians[s] / medians['plain']:.2f}x)" for s in stages)
+        print(f"repeat {repeat + 1}: {line}", flush=True)
+    ratios = {s: statistics.median(f["median_ms"] / p["median_ms"] for f, p in zip(figures[s], figures["plain"]))
+              for s in stages}
+    print("median ratio to plain: " + ", ".join(f"{s} {r:.3f}" for s, r in ratios.items()))
+    if args.out:
+        args.out.write_text(json.dumps({"task": str(args.task), "device": args.device, "figures": figures,
+                                        "ratios": ratios, "constants": constants}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
