@@ -1,7 +1,10 @@
-"""bench/kernelbench_sweep.py on the CPU: two small tasks scaled down, rows as JSONL, resumable, a summary."""
+"""bench/kernelbench_sweep.py on the CPU: two small tasks scaled down, rows as JSONL, resumable, a summary; and
+bench/host_overhead.py's stages."""
 
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -69,3 +72,20 @@ def test_sweep_smoke_on_the_cpu_resumes_and_summarizes(tmp_path, capsys, kernelb
         mine = [line for line in live if f" {task} " in line]
         assert any(line.endswith("reference: slot") for line in mine), live[-5:]
         assert any(line.endswith("candidate: done") for line in mine), live[-5:]
+
+
+def test_host_overhead_times_each_stage_in_its_own_process_against_plain(tmp_path):
+    task = REPO / "tests" / "gpu_workers" / "hacks" / "tasks" / "scale_relu.py"
+    out = tmp_path / "overhead.json"
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "host_overhead.py"), str(task), "--device", "cpu",
+                           "--stages", "plain,prepare,guard", "--repeat", "2", "--calls", "20", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert set(report["ratios"]) == {"plain", "prepare", "guard"} and report["ratios"]["plain"] == 1.0
+    for stage, figures in report["figures"].items():
+        assert len(figures) == 2 and all(f["samples"] == 20 and f["median_ms"] > 0 for f in figures), stage
+    assert done.stdout.count("repeat ") == 2
+    bad = subprocess.run([sys.executable, str(REPO / "bench" / "host_overhead.py"), str(task), "--stages", "guard"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert bad.returncode == 2 and "must name plain" in bad.stderr
