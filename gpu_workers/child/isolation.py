@@ -33,6 +33,8 @@ from typing import Any
 
 import torch
 
+from .measure import elements_spanned, has_storage
+
 _disable_dispatch = torch._C._DisableTorchDispatch
 _disable_function = torch._C.DisableTorchFunction
 _len_function_stack = torch._C._len_torch_function_stack
@@ -158,17 +160,17 @@ def late_changes(pairs: Sequence[tuple[Sequence[torch.Tensor], Sequence[torch.Te
     the device is idle) whose sums differ: the output changed after the window's last act, so some
     of its work ran after the timer stopped (a thread, a stream the timer's never waited for). The
     sums are moved off the device once per device, not once per window."""
-    columns: dict[Any, tuple[list[Any], list[Any], list[int]]] = {}
+    changed: set[int] = set()
+    columns: dict[torch.device, tuple[list[Any], list[Any], list[int]]] = {}
     for index, (seen, again) in enumerate(pairs):
-        if len(seen) != len(again):
-            columns.setdefault("count", ([], [], []))[2].append(index)
+        if len(seen) != len(again):  # an output that gained or lost a leaf
+            changed.add(index)
             continue
         for a, b in zip(seen, again):
-            column = columns.setdefault(a.device, ([], [], []))
-            column[0].append(_tensor_to(a, torch.float64))
-            column[1].append(_tensor_to(b, torch.float64))
-            column[2].append(index)
-    changed = set(columns.pop("count", ([], [], []))[2])
+            firsts, seconds, owners = columns.setdefault(a.device, ([], [], []))
+            firsts.append(_tensor_to(a, torch.float64))
+            seconds.append(_tensor_to(b, torch.float64))
+            owners.append(index)
     for firsts, seconds, owners in columns.values():
         for owner, a, b in zip(owners, _tensor_tolist(_tensor_to(_torch_stack(firsts), "cpu")),
                                _tensor_tolist(_tensor_to(_torch_stack(seconds), "cpu"))):
@@ -205,7 +207,7 @@ def _copy_unfaulted(leaf: torch.Tensor) -> torch.Tensor | None:
     """The bytes under a strided CPU tensor, read by the kernel (``process_vm_readv`` on this process)
     into a new tensor of the same strides: memory without access, unmapped or served by a fault
     handler fails the read instead of running the handler. None when a byte could not be read."""
-    extent = 1 + sum((size - 1) * stride for size, stride in zip(leaf.shape, leaf.stride()))
+    extent = elements_spanned(leaf)
     into = _torch_empty(extent, dtype=leaf.dtype)
     address, target, nbytes = _tensor_data_ptr(leaf), _tensor_data_ptr(into), extent * leaf.element_size()
     done, pid = 0, _getpid()
@@ -220,14 +222,9 @@ def _copy_unfaulted(leaf: torch.Tensor) -> torch.Tensor | None:
 
 def _plain_cpu(leaf: Any) -> bool:
     """A strided CPU tensor of its own class whose storage holds every element it claims."""
-    if not (type(leaf) is torch.Tensor and leaf.device.type == "cpu" and leaf.layout == torch.strided
-            and leaf.numel() > 0 and not leaf.is_quantized and not leaf.is_conj() and not leaf.is_neg()):
-        return False
-    extent = 1 + sum((size - 1) * stride for size, stride in zip(leaf.shape, leaf.stride()))
-    try:
-        return leaf.untyped_storage().nbytes() >= (leaf.storage_offset() + extent) * leaf.element_size()
-    except (RuntimeError, NotImplementedError):
-        return False
+    return (type(leaf) is torch.Tensor and leaf.device.type == "cpu" and leaf.layout == torch.strided
+            and leaf.numel() > 0 and not leaf.is_quantized and not leaf.is_conj() and not leaf.is_neg()
+            and has_storage(leaf))
 
 
 def copy_at_return(leaves: Sequence[Any], clone: Any) -> tuple[list[Any], list[str]]:

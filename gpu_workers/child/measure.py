@@ -209,12 +209,16 @@ def snapshot(value: Any) -> list[Any]:
     return [clone_leaf(v) for v in flatten(value)]
 
 
+def elements_spanned(tensor: torch.Tensor) -> int:
+    """How many elements of its storage a non-empty strided tensor reaches from its first one."""
+    return 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+
+
 def has_storage(tensor: torch.Tensor) -> bool:
     """True when the tensor's storage really holds every element it claims to have."""
     if tensor.numel() == 0:
         return True
-    extent = 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
-    needed = (tensor.storage_offset() + extent) * tensor.element_size()
+    needed = (tensor.storage_offset() + elements_spanned(tensor)) * tensor.element_size()
     try:
         return tensor.untyped_storage().nbytes() >= needed
     except (RuntimeError, NotImplementedError):
