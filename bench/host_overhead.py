@@ -7,6 +7,8 @@ process with nothing set up (``plain``, as ``bench/plain_timing.py`` runs).
 
 Stages, each including the ones before it:
   plain     the task's model and inputs at the children's thread count (``--threads``), nothing else
+  fork      the process forked, as a child is, from a parent that imported torch and our modules
+            for every role and froze its objects for the collector (``sandbox/zygote.py``)
   prepare   ``runtime.prepare_torch`` (TF32 off, the CPU heap's policy), as both children
   imports   ``torch._dynamo`` and ``torch._inductor.compile_fx`` imported, as the reference child
             does for its compile baseline
@@ -29,7 +31,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGES = ("plain", "prepare", "imports", "flops", "guard")
+STAGES = ("plain", "fork", "prepare", "imports", "flops", "guard")
 
 CHILD = r'''
 import json, sys, time
@@ -40,6 +42,17 @@ from gpu_workers.tasks import exec_source, load_task_module
 
 stage, device_name, calls = {stage!r}, {device!r}, {calls!r}
 reached = lambda name: {stages!r}.index(stage) >= {stages!r}.index(name)
+if reached("fork"):
+    import gc, os
+    from gpu_workers.child import main as child_main
+    for role in child_main.PRELOAD:
+        child_main.preload(role)
+    gc.collect()
+    gc.freeze()
+    sys.stdout.flush()
+    child = os.fork()
+    if child:
+        os._exit(os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]))
 source = open({task!r}).read()
 task = load_task_module(source, None)
 constants = {constants!r}
