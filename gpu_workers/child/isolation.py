@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from .measure import elements_spanned, has_storage
+from .measure import _torch_empty, elements_spanned, has_storage
 
 _disable_dispatch = torch._C._DisableTorchDispatch
 _disable_function = torch._C.DisableTorchFunction
@@ -200,7 +200,6 @@ _vm_readv = _bind_vm_readv()
 _getpid = os.getpid
 _tensor_data_ptr = torch.Tensor.data_ptr
 _tensor_as_strided = torch.Tensor.as_strided
-_torch_empty = torch.empty
 
 
 def _copy_unfaulted(leaf: torch.Tensor) -> torch.Tensor | None:
