@@ -31,22 +31,44 @@ def _storage(t: Any) -> int:
         return 0
 
 
-def perturbation(seed: int, param: Any) -> Any:
-    """The noise added to ``param``: a function of the seed and the parameter's shape, dtype and
-    exact values (equal parameters get equal noise, in any model)."""
+# Elements of noise made at a time: a large parameter (a 4 GiB linear weight) never gets a second
+# full-size copy beside it on the host (its bytes hashed, its magnitude, its noise), which the
+# children's memory bounds do not count.
+CHUNK = 1 << 22
+
+
+def perturb_(seed: int, param: Any) -> None:
+    """Add the noise of ``param`` to it in place: a function of the seed and the parameter's shape,
+    dtype and exact values (equal parameters get equal noise, in any model)."""
     import torch
 
-    data = param.detach().to("cpu").contiguous()
+    data = param.detach()
+    host = data.to("cpu").contiguous().reshape(-1)  # the parameter's own storage where it is already so
+    count = host.numel()
     digest = hashlib.sha256()
     digest.update(str((seed, tuple(data.shape), str(data.dtype))).encode())
-    digest.update(data.reshape(-1).view(torch.uint8).numpy().tobytes() if data.numel() else b"")  # 0-d too
+    if count:
+        digest.update(host.view(torch.uint8).numpy().data)  # hashed where it lies, not copied out
     generator = torch.Generator().manual_seed(int.from_bytes(digest.digest()[:8], "little") & ((1 << 63) - 1))
-    wide = torch.float64 if data.dtype == torch.float64 else torch.float32  # no 8-byte copy of a large model
-    scale = float(data.abs().mean(dtype=torch.float64)) if data.numel() else 0.0
+    wide = torch.float64 if data.dtype == torch.float64 else torch.float32
+    total = 0.0
+    for start in range(0, count, CHUNK):
+        total += float(host[start:start + CHUNK].abs().sum(dtype=torch.float64))
+    scale = total / count if count else 0.0
     if not math.isfinite(scale):  # a parameter left uninitialised (torch.empty) may hold anything
         scale = 0.0
-    noise = torch.randn(data.shape, generator=generator, dtype=wide) * (RELATIVE * (scale or 1.0))
-    return noise.to(dtype=param.dtype, device=param.device)
+    amplitude = RELATIVE * (scale or 1.0)
+    target = data.view(-1) if data.is_contiguous() else None
+    pieces = []
+    for start in range(0, count, CHUNK):
+        noise = (torch.randn(min(CHUNK, count - start), generator=generator, dtype=wide) * amplitude).to(
+            dtype=data.dtype, device=data.device)
+        if target is not None:
+            target[start:start + noise.numel()].add_(noise)
+        else:
+            pieces.append(noise)
+    if target is None and pieces:
+        data.add_(torch.cat(pieces).view(data.shape))
 
 
 class _Perturber:
@@ -80,7 +102,7 @@ class _Perturber:
         if self.versions.get(id(param)) == param._version:
             return
         with torch.no_grad():
-            param.add_(perturbation(self.seed, param))
+            perturb_(self.seed, param)
         self.versions[id(param)] = param._version
 
     def finish(self, model: Any) -> None:

@@ -124,3 +124,40 @@ def test_a_zero_dimensional_parameter_is_perturbed_like_any_other():
     perturbed = _build(ScalarWeight, 123, 4)
     assert perturbed.sum_weight.dim() == 0 and not torch.equal(plain.sum_weight, perturbed.sum_weight)
     assert torch.equal(_build(ScalarWeight, 123, 4).sum_weight, perturbed.sum_weight)
+
+
+def test_a_strided_parameter_gets_the_noise_of_its_contiguous_equal(monkeypatch):
+    from gpu_workers.child import perturb
+
+    monkeypatch.setattr(perturb, "CHUNK", 7)  # several pieces, one of them short
+    values = torch.randn(6, 5)
+    plain = nn.Parameter(values.clone())
+    strided = nn.Parameter(torch.empty(5, 6).t())
+    with torch.no_grad():
+        strided.copy_(values)
+    assert not strided.is_contiguous()
+    with torch.no_grad():
+        perturb.perturb_(5, plain)
+        perturb.perturb_(5, strided)
+    assert torch.equal(plain, strided)
+    assert not torch.equal(plain, values)
+
+
+def test_a_large_parameter_is_perturbed_without_a_second_copy_on_the_host():
+    # ru_maxrss is the process's peak: a subprocess starts it at its own baseline
+    import subprocess
+    import sys
+
+    code = """
+import resource, torch
+from torch import nn
+from gpu_workers.child.perturb import perturb_
+param = nn.Parameter(torch.rand(128, 1 << 20))  # 512 MiB, touched
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+with torch.no_grad():
+    perturb_(3, param)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) >> 10)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    grown_mib = int(done.stdout.split()[-1])
+    assert grown_mib < 128, f"perturbing a 512 MiB parameter raised the peak by {grown_mib} MiB"
