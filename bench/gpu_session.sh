@@ -17,6 +17,9 @@
 #   fidelity    the same kernel in 5 separate evaluations, then Nsight Compute on it (eval_timeline, ncu_agreement)
 #   train       one GRPO and one PPO step of a randomly initialised model (bench/train_step.py)
 #   watch       the profiler's records of a watched forward, event by event (bench/watch_events.py)
+#   overhead    where a host-bound forward's time goes in a child (bench/host_overhead.py) for each of
+#               OVERHEAD_TASKS (KernelBench paths under the task folder), with the plain loop and with our
+#               timer (OVERHEAD_TIMERS), OVERHEAD_ARGS passed on
 # The default is "tests sweep". Variables: SWEEP_WORKERS (16), SWEEP_ARGS (extra arguments), TP_WORKERS (16),
 # TP_N (80 candidates).
 set -uo pipefail
@@ -68,7 +71,13 @@ for s in ${STEPS:-tests sweep}; do
         --batch 8 --lora 64 ;;
     watch)
       step watch "${WATCH_S:-60}" python3 bench/watch_events.py --device cuda --out "$OUT/watch_events.json" ;;
-    *) echo "unknown step $s (tests sweep compile throughput fidelity train watch)"; exit 2 ;;
+    overhead)
+      root=$( [ -d shared/kernelbench ] && echo shared/kernelbench || echo ../shared/kernelbench)
+      for timer in ${OVERHEAD_TIMERS:-loop ours}; do
+        TAIL=40 step "overhead_$timer" "${OVERHEAD_S:-300}" bash -c 'for t in $0; do echo "== $t"; python3 bench/host_overhead.py "$1/$t" --device cuda --timer "$2" $3; done' \
+          "${OVERHEAD_TASKS:-level3/28_VisionTransformer.py}" "$root" "$timer" "${OVERHEAD_ARGS:---repeat 2}"
+      done ;;
+    *) echo "unknown step $s (tests sweep compile throughput fidelity train watch overhead)"; exit 2 ;;
   esac
 done
 exit 0

@@ -16,6 +16,12 @@ Stages, each including the ones before it:
   guard     the candidate's audit guard installed and sealed, and the model built from source
             through ``exec_source`` as the candidate's is
 
+With ``--timer ours`` each stage times the forward with the evaluator's own ``timing.time_callable``
+(its host warm-up included) instead of the plain loop, so the process's state and the timing method
+can be told apart. Each child also reports the medians of consecutive blocks of its calls
+(``--blocks``) and the CPU it ended on; ``--pin`` runs every child on one CPU: a drift of the host's
+speed inside one process shows in the blocks, one between processes in the repeats.
+
 Every stage runs once per repeat, in a new process each time, the order rotated between repeats
 so that a drift of the machine's speed falls on every stage alike. The ratio printed for each is
 its median against ``plain``'s in the same repeat.
@@ -34,16 +40,21 @@ ROOT = Path(__file__).resolve().parent.parent
 STAGES = ("plain", "fork", "prepare", "imports", "flops", "guard")
 
 CHILD = r'''
-import json, sys, time
+import json, statistics, sys, time
 sys.path.insert(0, {root!r})
 import torch
 from gpu_workers.child.size import apply_constants
 from gpu_workers.tasks import exec_source, load_task_module
 
 stage, device_name, calls = {stage!r}, {device!r}, {calls!r}
+import ctypes, os
+sched_getcpu = ctypes.CDLL(None).sched_getcpu  # bound before any guard: the CPU the timing ended on
+pin = {pin!r}
+if pin is not None:
+    os.sched_setaffinity(0, {{pin}})
 reached = lambda name: {stages!r}.index(stage) >= {stages!r}.index(name)
 if reached("fork"):
-    import gc, os
+    import gc
     from gpu_workers.child import main as child_main
     for role in child_main.PRELOAD:
         child_main.preload(role)
@@ -85,6 +96,21 @@ if reached("flops"):
         model(*inputs)
 if reached("guard"):
     guard.seal()
+if {timer!r} == "ours":
+    from gpu_workers.child import timing
+    torch.manual_seed(1)
+    with device:
+        rotations = [list(task.get_inputs()) for _ in range(4)]
+    buffers = [v.clone() if isinstance(v, torch.Tensor) else v for v in rotations[0]]
+    from gpu_workers.settings import current
+    with torch.no_grad():  # the host warm-up as the evaluator's settings have it
+        stats = timing.time_callable(model, buffers, rotations, device, budget_s=30.0, max_iters=calls, keep=(),
+                                     settle_within=0.0, target_spread=0.0, host_warm_s=current().host_warm_s)
+    host = stats.get("host_median_ms", stats["median_ms"])
+    print(json.dumps({{"median_ms": host, "q1_ms": host, "q3_ms": host, "samples": stats.get("e2e_iterations", 0),
+                      "reward_ms": stats["median_ms"], "timed": stats.get("timed"),
+                      "gpu_median_ms": stats.get("gpu_median_ms")}}))
+    raise SystemExit(0)
 sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 times = []
 with torch.no_grad():
@@ -96,18 +122,19 @@ with torch.no_grad():
         model(*inputs)
         times.append((time.perf_counter() - began) * 1e3)
     sync()
-print(json.dumps(times))
+q = statistics.quantiles(times, n=4)
+step = max(1, len(times) // {blocks!r})  # consecutive blocks: a drift inside the process, against one between processes
+blocks = [round(statistics.median(times[i:i + step]), 4) for i in range(0, len(times) - step + 1, step)]
+cpu = sched_getcpu()
+print(json.dumps({{"median_ms": statistics.median(times), "q1_ms": q[0], "q3_ms": q[2], "samples": len(times),
+                  "blocks_ms": blocks, "cpu": cpu}}))
 '''
 
 
-def quartiles(times: list[float]) -> dict[str, float]:
-    q = statistics.quantiles(times, n=4)
-    return {"median_ms": statistics.median(times), "q1_ms": q[0], "q3_ms": q[2], "samples": len(times)}
-
-
-def run_stage(stage: str, args: argparse.Namespace, constants: dict[str, int]) -> list[float]:
+def run_stage(stage: str, args: argparse.Namespace, constants: dict[str, int]) -> dict[str, float]:
     code = CHILD.format(root=str(ROOT), stage=stage, device=args.device, calls=args.calls, stages=STAGES,
-                        task=str(args.task), constants=constants, threads=args.threads)
+                        task=str(args.task), constants=constants, threads=args.threads, timer=args.timer,
+                        pin=args.pin, blocks=args.blocks)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=args.timeout,
                           check=False)
     if done.returncode != 0:
@@ -122,6 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stages", default=",".join(STAGES), help="comma-separated, of " + ", ".join(STAGES))
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--timer", choices=("loop", "ours"), default="loop",
+                        help="loop: perf_counter around each call after a synchronise; ours: the evaluator's "
+                             "timing.time_callable over 4 input sets, its host median (the series a host-timed "
+                             "reward stands on)")
+    parser.add_argument("--blocks", type=int, default=5, help="consecutive blocks whose medians each child reports")
+    parser.add_argument("--pin", type=int, default=None, help="run every child on this one CPU")
     parser.add_argument("--threads", type=int, default=1, help="torch threads in every stage (the children's)")
     parser.add_argument("--max-elements", type=int, default=None, help="scale the task down (a CPU smoke)")
     parser.add_argument("--timeout", type=float, default=600.0)
@@ -147,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         order = stages[repeat % len(stages):] + stages[:repeat % len(stages)]
         medians = {}
         for stage in order:
-            summary = quartiles(run_stage(stage, args, constants))
+            summary = run_stage(stage, args, constants)
             medians[stage] = summary["median_ms"]
             figures[stage].append(summary)
         line = "  ".join(f"{s} {medians[s]:.3f} ms ({medians[s] / medians['plain']:.2f}x)" for s in stages)
@@ -157,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     print("median ratio to plain: " + ", ".join(f"{s} {r:.3f}" for s, r in ratios.items()))
     if args.out:
         args.out.write_text(json.dumps({"task": str(args.task), "device": args.device, "figures": figures,
-                                        "ratios": ratios, "constants": constants}, indent=1))
+                                        "ratios": ratios, "constants": constants, "timer": args.timer}, indent=1))
     return 0
 
 

@@ -86,6 +86,16 @@ def test_host_overhead_times_each_stage_in_its_own_process_against_plain(tmp_pat
     for stage, figures in report["figures"].items():
         assert len(figures) == 2 and all(f["samples"] == 20 and f["median_ms"] > 0 for f in figures), stage
     assert done.stdout.count("repeat ") == 2
+    assert all(len(f["blocks_ms"]) == 5 for figures in report["figures"].values() for f in figures)
+    # the evaluator's own timer in the same stages: its host series, and the time the reward stands on
+    ours = tmp_path / "ours.json"
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "host_overhead.py"), str(task), "--device", "cpu",
+                           "--stages", "plain,guard", "--repeat", "1", "--calls", "30", "--timer", "ours", "--pin", "0",
+                           "--out", str(ours)], capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(ours.read_text())
+    assert report["timer"] == "ours" and set(report["figures"]) == {"plain", "guard"}
+    assert all(f["median_ms"] > 0 and f["reward_ms"] > 0 for figures in report["figures"].values() for f in figures)
     bad = subprocess.run([sys.executable, str(REPO / "bench" / "host_overhead.py"), str(task), "--stages", "guard"],
                          capture_output=True, text=True, timeout=60, check=False)
     assert bad.returncode == 2 and "must name plain" in bad.stderr
