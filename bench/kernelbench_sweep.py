@@ -65,6 +65,8 @@ def row_for(key: str, repeat: int, result: Any, wall_s: float) -> dict[str, Any]
         "speedup": result.speedup, "timings_ms": result.timings_ms, "spread": spreads,
         "findings": [{"rule": f.rule, "severity": f.severity} for f in result.findings],
         "kernel_timed": kernel.get("timed"), "iterations": kernel.get("iterations"),
+        # the host warm-up of each timing: how long, whether its host time got steady
+        "host_warm": {n: (stats.get(n) or {}).get("host_warm") for n in ("kernel", "eager", "compile")},
         "baseline_samples_ms": {n: (stats.get(n) or {}).get("samples_ms") for n in ("eager", "compile")},
         "phases_s": _phase_seconds(stats.get("timeline") or []), "duration_s": result.duration_s,
         "wall_s": round(wall_s, 3), "gpu_exclusive_s": slot.get("exclusive_s"), "gpu_held_s": slot.get("held_s"),

@@ -38,6 +38,7 @@ class EvaluatorSettings:
     baseline_samples: int = 5
     timing_cpus: str = ""
     settle_within: float = 0.01
+    host_warm_s: float = 1.0
     reference_reuse: bool = True
     lite: bool = True
     split: bool = True
@@ -56,6 +57,7 @@ class EvaluatorSettings:
             "baseline_samples": self.baseline_samples >= 1,
             "timing_cpus": self.timing_cpus in TIMING_CPUS,
             "settle_within": 0.0 <= self.settle_within <= 0.5,
+            "host_warm_s": 0.0 <= self.host_warm_s <= 10.0,
             "cache_dir": bool(self.cache_dir),
             "gpu_hold_floor_s": self.gpu_hold_floor_s >= 0.1,
             "device_compare_bytes": self.device_compare_bytes >= 0,

@@ -248,14 +248,13 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
     try:
         warmup_inputs = fresh(trial_inputs[0])
         send.gpu_alone()
-        send("timing_begin")
         with torch.no_grad():
             stats = timing.time_callable(watched if watch.enabled else model, buffers, rotation_inputs, device,
                                           budget_s=float(setup["timing_budget_s"]),
                                           max_iters=int(setup.get("max_iters", 1000)),
                                           warmup_inputs=warmup_inputs, fingerprint=fingerprint,
                                           keep=set(setup.get("keep_rotations", range(len(rotation_inputs)))),
-                                          **timing_switches(setup))
+                                          on_timed=lambda: send("timing_begin"), **timing_switches(setup))
     except BaseException as exc:  # noqa: BLE001
         send("error", where="timing", build_error=False, error=describe(exc))
         return

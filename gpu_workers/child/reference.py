@@ -153,7 +153,6 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
                 with compiling_apart(send, device) if apart else nullcontext():
                     fn(*buffers)  # compile / capture outside the measurement
                 send.gpu_alone()
-                send("timing_begin", baseline=name)
                 # the candidate's loop fingerprints every output outside its windows: so does this
                 # one, or the loop overhead kept with the baseline (which the parent's wall clock
                 # check takes off the candidate's) would leave a GB-sized output's fingerprints
@@ -162,6 +161,7 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
                                               budget_s=float(setup["timing_budget_s"]),
                                               max_iters=int(setup.get("max_iters", 1000)),
                                               warmup_inputs=fresh_copy(trial_inputs[0], device),
+                                              on_timed=lambda name=name: send("timing_begin", baseline=name),
                                               **timing_switches(setup))
             stats.pop("kept_outputs")
             stats.pop("fingerprints", None)  # the loop's work only: nothing checks a baseline's outputs

@@ -36,7 +36,8 @@ def prepare_torch(setup: dict[str, Any]) -> None:
 
 def timing_switches(setup: dict[str, Any]) -> dict[str, Any]:
     return {"settle_within": float(setup.get("settle_within", 0.01)), "spin_waits": bool(setup.get("spin_waits", True)),
-            "cpus": [int(c) for c in setup.get("cpus") or ()] or None, "e2e_rotations": int(setup.get("e2e_rotations", 0))}
+            "cpus": [int(c) for c in setup.get("cpus") or ()] or None, "e2e_rotations": int(setup.get("e2e_rotations", 0)),
+            "host_warm_s": float(setup.get("host_warm_s", 0.0))}
 
 
 def fresh_copy(values: list[Any], device) -> list[Any]:

@@ -57,6 +57,24 @@ def speedup_interval(baseline: dict[str, Any] | None, kernel: dict[str, Any] | N
     return [b_lo / k_hi, b_hi / k_lo]
 
 
+def with_run_to_run(kernel: dict[str, Any] | None, runs: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The kernel's interval widened by the run-to-run spread of a baseline kept from three or more
+    evaluations (``runs``: the summary of their medians): a kernel timed once is one draw of that
+    spread, which the interval of its own samples does not hold. Its median measured in a run that
+    ran ``d`` times the usual speed's lies within ``d`` of its usual value, ``d`` as far as the
+    baseline's runs went either way. Unchanged where there is no such spread."""
+    try:
+        k_lo, k_hi = (float(v) for v in kernel["ci95"])
+        r_lo, r_hi = (float(v) for v in runs["ci95"])
+        middle, count = float(runs["median"]), int(runs["samples"])
+    except (KeyError, TypeError, ValueError):
+        return kernel
+    if count < 3 or middle <= 0 or r_lo <= 0:
+        return kernel
+    slow, fast = max(r_hi / middle, 1.0), min(r_lo / middle, 1.0)
+    return {**kernel, "ci95": [k_lo / slow, k_hi / fast], "run_to_run": [fast, slow]}
+
+
 def tie(a: list[float] | None, b: list[float] | None) -> bool:
     """Whether two speedups' intervals overlap (a ranking shows them as a tie)."""
     if not a or not b:

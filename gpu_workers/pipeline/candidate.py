@@ -62,10 +62,10 @@ def spawn_candidate(request: EvalRequest, hardware: dict[str, Any], build: Build
 
 
 def _stretch_bounds(request: EvalRequest, reference: dict[str, Any], compile_deferred: bool,
-                    floor_s: float) -> dict[str, float]:
+                    floor_s: float, host_warm_s: float = 0.0) -> dict[str, float]:
     """How long each stretch of the candidate may hold the GPU, by the message that ends it (see
     ``gpuslot.hold_bound``): the judge's inputs, the import (a deferred build too), the models, the
-    warm-up call, each trial, the timing's inputs, the timing (its budget besides), the kept
+    warm-up call, each trial, the timing's inputs, the timing (its budget and host warm-up besides), the kept
     outputs' copy and their message, the two calls after timing, the end."""
     ref_s = float(reference.get("trial_s") or 0.0)
 
@@ -75,7 +75,7 @@ def _stretch_bounds(request: EvalRequest, reference: dict[str, Any], compile_def
             "imported": bound(ref_s, extra_s=request.compile_timeout_s if compile_deferred else 0.0),
             "built": bound(ref_s, INIT_CONFIGS), "ready": bound(ref_s), "trial": bound(ref_s),
             "want_gpu": bound(ref_s, rotations),
-            "timing_end": bound(ref_s, 2 + rotations + 5, extra_s=request.timing_budget_s),
+            "timing_end": bound(ref_s, 2 + rotations + 5, extra_s=request.timing_budget_s + host_warm_s),
             "timing_read": bound(ref_s, rotations), "timing_outputs": bound(ref_s, rotations),
             "after": bound(ref_s, 2),
             "done": bound(ref_s)}
@@ -133,7 +133,7 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
     max_bytes = 64 * (out_bytes + (1 << 20)) * (request.trials + rotations_for(request.device) + 4)
     child.mac_key = setup["mac_key"] = secrets.token_bytes(32)
     evidence = judge.Evidence()
-    bounds = _stretch_bounds(request, reference, compile_deferred, settings.gpu_hold_floor_s)
+    bounds = _stretch_bounds(request, reference, compile_deferred, settings.gpu_hold_floor_s, settings.host_warm_s)
     with child, gpu_slot(hardware, slot) as gpu:
         timeline.mark("candidate: slot")
         child.send(setup)

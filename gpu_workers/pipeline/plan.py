@@ -55,10 +55,12 @@ def timing_options(hardware: dict[str, Any], settings: EvaluatorSettings) -> dic
     ``settle_within`` (how precisely a timing's median must be known, relative, at 95%, before it
     stops early; looser holds each GPU alone for less time, the budget caps it either way) and
     ``cpus``: with ``timing_cpus="gpu-local"`` the timing thread runs on the CPUs of the GPU's own NUMA
-    node while it times (where the machine has more than one node; default: anywhere). A CUDA timing
-    always spins on the GPU (timinghost.SpinWaits)."""
+    node while it times (where the machine has more than one node; default: anywhere); ``host_warm_s``
+    (how long a host-bound timing may run the forward before its timed iterations, until its host
+    time is steady: ``timing.time_callable``). A CUDA timing always spins on the GPU
+    (timinghost.SpinWaits)."""
     options: dict[str, Any] = {"settle_within": settings.settle_within, "spin_waits": True,
-                               "e2e_rotations": E2E_ROTATIONS}
+                               "e2e_rotations": E2E_ROTATIONS, "host_warm_s": settings.host_warm_s}
     if settings.timing_cpus == "gpu-local":
         mine = os.sched_getaffinity(0)
         local = set((hardware.get("gpu") or {}).get("local_cpus") or ()) & mine

@@ -56,6 +56,7 @@ def test_the_new_name_wins_over_the_old_one_without_a_warning():
     ("KERNELCOURT_SETTLE_WITHIN", "7", "KERNELCOURT_SETTLE_WITHIN=7.0 is out of range"),
     ("KERNELCOURT_COMPILE_NICE", "25", "KERNELCOURT_COMPILE_NICE=25 is out of range"),
     ("KERNELCOURT_WARM_UP", "tpu", "KERNELCOURT_WARM_UP='tpu' is out of range"),
+    ("KERNELCOURT_HOST_WARM_S", "-1", "KERNELCOURT_HOST_WARM_S=-1.0 is out of range"),
     ("KERNELCOURT_PCH", "maybe", "KERNELCOURT_PCH='maybe': expected 1 or 0"),
 ])
 def test_a_bad_value_is_refused_with_the_variable_named(name, value, message):

@@ -304,3 +304,41 @@ def test_an_output_changed_after_the_window_s_read_is_counted_and_a_final_one_is
         wake.set()
         thread.join()
     assert late["changed_after_read"] == late["iterations"] > 0
+
+
+def test_host_time_is_steady_when_its_last_two_blocks_agree():
+    block = timing.HOST_WARM_BLOCK
+    assert not timing.host_steady([1.0] * (2 * block - 1))  # too few to say
+    assert timing.host_steady([3.0] * block + [1.0] * (2 * block))
+    assert not timing.host_steady([3.0] * (2 * block) + [1.0] * block)  # still coming down
+    assert not timing.host_steady([1.0] * block + [1.1] * block)
+
+
+def _busy(ms: float) -> None:
+    began = time.perf_counter()
+    while (time.perf_counter() - began) * 1e3 < ms:
+        pass
+
+
+def test_a_host_bound_timing_begins_once_the_hosts_time_is_steady():
+    # given a forward whose first calls are slow, as a vCPU's first stretch after idling was on the H200
+    slow_calls, calls, timed_from = 40, [0], []
+
+    def ramping(t):
+        calls[0] += 1
+        _busy(2.0 if calls[0] <= slow_calls else 0.2)
+        return t * 2.0
+
+    x = torch.randn(64)
+    stats = timing.time_callable(ramping, [x], [[torch.randn(64)], [torch.randn(64)]], torch.device("cpu"),
+                                 budget_s=60.0, max_iters=120, host_warm_s=30.0,
+                                 on_timed=lambda: timed_from.append(calls[0]))
+    # then every slow call ran before the parent was told the timing began, and none was timed
+    assert stats["host_warm"]["steady"] is True
+    assert timed_from and timed_from[0] >= slow_calls
+    # and without the warm-up the timed iterations begin after the plain warm-up's two calls
+    calls[0], timed_from[:] = 0, []
+    stats = timing.time_callable(ramping, [x], [[torch.randn(64)], [torch.randn(64)]], torch.device("cpu"),
+                                 budget_s=60.0, max_iters=120, on_timed=lambda: timed_from.append(calls[0]))
+    assert stats["host_warm"]["iterations"] == 0 and timed_from == [2]
+    assert stats["max_ms"] >= 2.0  # slow calls were timed (a busy wait is never shorter)

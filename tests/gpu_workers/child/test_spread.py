@@ -1,5 +1,7 @@
 """Spread of a timing and of a speedup: samples, median, quartiles, a distribution-free interval."""
 
+import pytest
+
 from gpu_workers.child.spread import lower_median, median_interval, speedup_interval, summary, tie
 
 
@@ -39,3 +41,21 @@ def test_overlapping_intervals_are_a_tie():
     assert tie([1.0, 1.1], [1.05, 1.2])
     assert not tie([1.0, 1.1], [1.11, 1.2])
     assert not tie(None, [1.0, 1.1])
+
+
+def test_a_kernel_timed_once_gets_the_run_to_run_spread_of_its_kept_baseline():
+    from gpu_workers.child.spread import with_run_to_run
+
+    kernel = {"samples": 100, "median": 2.0, "ci95": [1.98, 2.02]}
+    runs = summary([1.6, 2.0, 2.0, 2.4, 3.2])  # five evaluations: 0.8x to 1.6x of their median
+    widened = with_run_to_run(kernel, runs)
+    assert widened["ci95"] == pytest.approx([1.98 / 1.6, 2.02 / 0.8])
+    assert widened["run_to_run"] == pytest.approx([0.8, 1.6])
+    # the identity's speedup then holds 1 where the kernel's own interval alone did not
+    baseline = {"ci95": [1.6, 3.2]}
+    assert speedup_interval({"ci95": [2.1, 2.2]}, kernel)[0] > 1.0
+    assert tie(speedup_interval({"ci95": [2.1, 2.2]}, widened), [1.0, 1.0])
+    assert speedup_interval(baseline, widened)[0] < 1.0 < speedup_interval(baseline, widened)[1]
+    # too few evaluations to say, or no interval: unchanged
+    assert with_run_to_run(kernel, summary([1.6, 2.4])) is kernel
+    assert with_run_to_run(kernel, None) is kernel
