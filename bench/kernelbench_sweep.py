@@ -136,6 +136,23 @@ def summarize(rows: list[dict[str, Any]], wall_s: float | None, evaluated: int) 
         lines.append(f"identity |speedup vs eager - 1|: median {statistics.median(off):.4f}, "
                      f"p90 {_quantile(off, 0.9):.4f}, max {max(off):.4f}; "
                      f"within 0.03: {sum(o <= 0.03 for o in off)} of {len(off)}")
+        for timed in sorted({r.get("kernel_timed") or "?" for r in passed}):
+            some = [abs(r["speedup"]["eager"] - 1.0) for r in passed
+                    if (r.get("kernel_timed") or "?") == timed and r["speedup"].get("eager")]
+            if some:
+                lines.append(f"  timed {timed}: {len(some)} tasks, median {statistics.median(some):.4f}, "
+                             f"max {max(some):.4f}, within 0.03: {sum(o <= 0.03 for o in some)}")
+        intervals = [(r.get("speedup_interval") or {}).get("eager") for r in passed]
+        intervals = [i for i in intervals if i]
+        if intervals:  # an honest identity's interval should hold 1: a tie with its own reference
+            lines.append(f"identity intervals holding 1: {sum(lo <= 1.0 <= hi for lo, hi in intervals)} "
+                         f"of {len(intervals)}")
+    warm = [w for r in rows for w in (r.get("host_warm") or {}).values() if w and w.get("iterations")]
+    if warm:
+        lines.append(f"host warm-ups: {len(warm)} timings warmed, {sum(bool(w.get('steady')) for w in warm)} "
+                     f"steady; seconds median {statistics.median(w['seconds'] for w in warm):.2f}, "
+                     f"max {max(w['seconds'] for w in warm):.2f}; first/last call "
+                     f"{statistics.median(w['first_ms'] / w['last_ms'] for w in warm if w.get('last_ms')):.3f} (median)")
     if wall_s and evaluated:
         lines.append(f"this run: {evaluated} evaluations in {wall_s:.1f} s = {60 * evaluated / wall_s:.1f}/min")
     exclusive = [r["gpu_exclusive_s"] for r in rows if r.get("gpu_exclusive_s") is not None]

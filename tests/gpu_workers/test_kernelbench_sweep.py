@@ -63,7 +63,10 @@ def test_sweep_smoke_on_the_cpu_resumes_and_summarizes(tmp_path, capsys, kernelb
         assert r["spread"]["eager"]["samples"] >= 1
         assert max(r["bytes"]["largest"].values()) <= 4096
         assert set(r["phases_s"]) == {"compile", "reference", "candidate", "judge"}
+        # on the CPU every timing is the host's: each warmed the host first, the candidate's and the baseline's
+        assert r["host_warm"]["kernel"]["iterations"] > 0 and r["host_warm"]["eager"]["iterations"] > 0
     assert len(out.read_text().splitlines()) == 2
+    assert "host warm-ups:" in first
     assert "passed: 2 of 2" in first and "identity |speedup vs eager - 1|" in first
     assert "this run: 0 evaluations" not in again and "passed: 2 of 2" in again
     # and each evaluation's phases were written down as they happened, under its task's name
