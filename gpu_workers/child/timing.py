@@ -51,12 +51,12 @@ READ_SLACK, READ_SLACK_MS = 1.25, 0.002
 # than the rest of the same process (bench/host_overhead.py --blocks: level3/28 at 2.4 ms, then
 # 1.54-1.64 ms for the next 5 s), and a timing that settled inside that stretch measured it, the
 # baseline's in one process and the candidate's in another. Steady: the medians of the last two
-# blocks of HOST_WARM_BLOCK calls within HOST_WARM_AGREE of each other, after HOST_WARM_MIN_S;
-# never longer than the settings' ``host_warm_s``.
+# blocks of HOST_WARM_BLOCK calls within HOST_WARM_AGREE of each other, after HOST_WARM_MIN_S or
+# as many calls as the timing may make (``max_iters``: no more calls than the timing's own, which a
+# watched forward's profiler records); never longer than the settings' ``host_warm_s``.
 HOST_WARM_MIN_S = 0.3
 HOST_WARM_BLOCK = 8
 HOST_WARM_AGREE = 0.03
-HOST_WARM_MAX_ITERS = 2000  # the calls of a forward of microseconds, each with its flush and synchronise
 HOST_COUNTS = 0.5  # on CUDA: only where the warm-up's host time is this share of its kernel side or more
 
 
@@ -341,7 +341,8 @@ def time_callable(
         seen_cpus = {host_cpu()}  # where the host side of the timing ran (seen between iterations)
         # on the CPU that times, under the same waits: the host is warmed where it will be timed
         host_warm = _warm_host(warm_iteration, warmup_inputs if warmup_inputs is not None else rotations[0],
-                               warm_host, warm_kernel, host_warm_s if warmup > 0 else 0.0, cuda)
+                               warm_host, warm_kernel, host_warm_s if warmup > 0 else 0.0, cuda,
+                               max(max_iters, 2 * HOST_WARM_BLOCK))
         cycles = spin_cycles(max(warm_host[-1:] or [0.0]))
         if on_timed is not None:
             on_timed()
@@ -465,9 +466,10 @@ def time_callable(
 
 
 def _warm_host(iteration: Callable[[Sequence[Any]], Any], inputs: Sequence[Any], host: list[float],
-               kernel: list[float], longest_s: float, cuda: bool) -> dict[str, Any]:
+               kernel: list[float], longest_s: float, cuda: bool, most_calls: int) -> dict[str, Any]:
     """Run ``iteration(inputs)`` until the host times it appends to ``host`` are steady, for at most
-    ``longest_s``: where the host's time counts (see ``time_callable``). What the result reports."""
+    ``longest_s`` and ``most_calls``: where the host's time counts (see ``time_callable``). What the
+    result reports."""
     if longest_s <= 0 or not host:
         return {"seconds": 0.0, "iterations": 0, "steady": None}
     if cuda and kernel and statistics.median(host) < HOST_COUNTS * statistics.median(kernel):
@@ -481,10 +483,10 @@ def _warm_host(iteration: Callable[[Sequence[Any]], Any], inputs: Sequence[Any],
         count += 1
         series.append(host[-1])
         spent = _perf_counter() - began
-        if spent >= HOST_WARM_MIN_S and host_steady(series):
+        if host_steady(series) and (spent >= HOST_WARM_MIN_S or count >= most_calls):
             steady = True
             break
-        if spent >= longest_s or count >= HOST_WARM_MAX_ITERS:
+        if spent >= longest_s or count >= most_calls:
             break
     return {"seconds": round(_perf_counter() - began, 4), "iterations": count, "steady": steady,
             "first_ms": series[0], "last_ms": statistics.median(series[-HOST_WARM_BLOCK:])}
