@@ -472,8 +472,13 @@ def _warm_host(iteration: Callable[[Sequence[Any]], Any], inputs: Sequence[Any],
     result reports."""
     if longest_s <= 0 or not host:
         return {"seconds": 0.0, "iterations": 0, "steady": None}
-    if cuda and kernel and statistics.median(host) < HOST_COUNTS * statistics.median(kernel):
-        return {"seconds": 0.0, "iterations": 0, "steady": None}  # kernel-side bound: the host's speed is not timed
+
+    def kernel_bound(last: int) -> bool:  # the host's speed is not what is timed
+        return cuda and len(kernel) >= last and \
+            statistics.median(host[-last:]) < HOST_COUNTS * statistics.median(kernel[-last:])
+
+    if kernel_bound(1):  # the last warm-up call: the first one carries the process's first-call costs
+        return {"seconds": 0.0, "iterations": 0, "steady": None}
     began, count = _perf_counter(), 0
     series: list[float] = []
     steady = False
@@ -486,6 +491,8 @@ def _warm_host(iteration: Callable[[Sequence[Any]], Any], inputs: Sequence[Any],
         if host_steady(series) and (spent >= HOST_WARM_MIN_S or count >= most_calls):
             steady = True
             break
+        if count >= HOST_WARM_BLOCK and kernel_bound(HOST_WARM_BLOCK):
+            break  # warmed, the host no longer outlasts the kernel side: nothing of it is timed
         if spent >= longest_s or count >= most_calls:
             break
     return {"seconds": round(_perf_counter() - began, 4), "iterations": count, "steady": steady,

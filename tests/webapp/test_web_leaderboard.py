@@ -212,6 +212,27 @@ def test_geomeans_inside_the_measured_spread_tie(make_submitter, make_kernel, ma
     }
 
 
+def test_a_speedup_interval_wider_than_the_timings_spread_ties_its_rows(
+    make_submitter, make_kernel, make_evaluation, make_task
+):
+    # given: 1.50 and 1.60, each with tight timings (1% each) but an interval of 1.2-1.9, as a
+    # host-bound kernel's is once its kept baseline shows how far one run moves from the next
+    task = make_task(name="host-bound")
+    for name, speedup in (("a", 1.50), ("b", 1.60)):
+        ev = make_evaluation(
+            kernel=make_kernel(task=task, submitter=make_submitter(name=name)), eager=speedup, compile=0.5
+        )
+        ev.result = {"timing_stats": {"kernel": {"spread": 0.005}, "eager": {"spread": 0.005},
+                                      "speedup_interval": {"eager": [1.2, 1.9]}}}
+        ev.save(update_fields=["result"])
+
+    _, rows, _ = selectors.leaderboard_rows(track="strict")
+
+    # then they tie, on the interval's half-width in log terms
+    assert [(r.submitter, r.rank, r.tied) for r in rows] == [("a", 1, True), ("b", 1, True)]
+    assert rows[0].geomean_speedup_eager_spread == pytest.approx((math.log(1.9) - math.log(1.2)) / 2)
+
+
 def test_without_spreads_close_geomeans_do_not_tie(make_submitter, make_kernel, make_evaluation, make_task):
     task = make_task(name="quiet")
     for name, speedup in (("a", 1.50), ("b", 1.52)):

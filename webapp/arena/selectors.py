@@ -250,7 +250,8 @@ class TaskEntry:
     speedup_eager: float | None
     speedup_compile: float | None
     reward: EffectiveReward | None = None
-    # relative spread of the speedup vs eager (kernel's + eager's IQR / median), when measured
+    # relative spread of the speedup vs eager, when measured: the kernel's + eager's IQR / median, or
+    # the half-width of the speedup's 95% interval in log terms where that is wider
     spread_eager: float | None = None
     confirmed_hack: bool = False  # the shown kernel is hidden by review (a hack verdict or reviewer rule)
     evaluations: int = 1
@@ -383,6 +384,7 @@ _ENTRY_FIELDS = (
     "reward",
     "result__timing_stats__kernel__spread",
     "result__timing_stats__eager__spread",
+    "result__timing_stats__speedup_interval__eager",
     "hidden",
     "kernel__task_id",
     "kernel__task__name",
@@ -396,6 +398,16 @@ _ENTRY_FIELDS = (
 
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _log_half_width(interval: Any) -> float | None:
+    """Half the width of a speedup's interval ``[lo, hi]`` in log terms (None unless it is one)."""
+    if not isinstance(interval, list | tuple) or len(interval) != 2:
+        return None
+    lo, hi = (_number(v) for v in interval)
+    if lo is None or hi is None or not 0 < lo <= hi or not math.isfinite(hi):
+        return None
+    return (math.log(hi) - math.log(lo)) / 2
 
 
 def leaderboard_entries(
@@ -455,6 +467,7 @@ def leaderboard_entries(
             reward,
             spread_kernel,
             spread_eager,
+            interval_eager,
             hidden_kernel,
             task_pk,
             task_name,
@@ -468,6 +481,10 @@ def leaderboard_entries(
         passed = status == Evaluation.Status.PASSED and correct and not hidden_kernel
         rank = (1, s_eager or 0.0, -ev_id) if passed else (0, 0.0, ev_id)
         spreads = (_number(spread_kernel), _number(spread_eager))
+        spread = spreads[0] + spreads[1] if None not in spreads else None
+        width = _log_half_width(interval_eager)
+        if width is not None:  # the speedup's interval, which holds the run-to-run spread where it is known
+            spread = width if spread is None else max(spread, width)
         entry = TaskEntry(
             submitter_id=sub_id,
             submitter_name=sub_name,
@@ -483,7 +500,7 @@ def leaderboard_entries(
             speedup_eager=s_eager if passed else None,
             speedup_compile=s_compile if passed else None,
             reward=reward_effective(reward=reward, **(change or {})),
-            spread_eager=spreads[0] + spreads[1] if passed and None not in spreads else None,
+            spread_eager=spread if passed else None,
             confirmed_hack=bool(hidden_kernel),
         )
         key_ = (sub_id, task_pk)

@@ -342,3 +342,27 @@ def test_a_host_bound_timing_begins_once_the_hosts_time_is_steady():
                                  budget_s=60.0, max_iters=120, on_timed=lambda: timed_from.append(calls[0]))
     assert stats["host_warm"]["iterations"] == 0 and timed_from == [2]
     assert stats["max_ms"] >= 2.0  # slow calls were timed (a busy wait is never shorter)
+
+
+def test_the_host_warm_up_on_cuda_follows_whether_the_host_is_what_is_timed():
+    def fake(host_ms, kernel_ms):  # an iteration that reports a call's host and kernel-side times
+        host, kernel, calls = [host_ms(0)], [kernel_ms(0)], [0]
+
+        def iteration(_inputs):
+            calls[0] += 1
+            host.append(host_ms(calls[0]))
+            kernel.append(kernel_ms(calls[0]))
+
+        return iteration, host, kernel
+
+    # a kernel-side bound forward is not warmed at all
+    iteration, host, kernel = fake(lambda n: 0.1, lambda n: 1.0)
+    assert timing._warm_host(iteration, [], host, kernel, 30.0, True, 40)["iterations"] == 0
+    # one whose host outlasts its kernels only while slow stops once it no longer does
+    iteration, host, kernel = fake(lambda n: 2.0 if n < 5 else 0.1, lambda n: 1.0)
+    warm = timing._warm_host(iteration, [], host, kernel, 30.0, True, 40)
+    assert warm["iterations"] == 9 and warm["steady"] is False  # most of its last block of 8 fast
+    # a host-bound one runs until steady: here at its call cap, its last two blocks equal
+    iteration, host, kernel = fake(lambda n: 2.0 if n < 20 else 1.0, lambda n: 0.1)
+    warm = timing._warm_host(iteration, [], host, kernel, 30.0, True, 40)
+    assert warm["steady"] is True and warm["iterations"] == 40 and warm["last_ms"] == 1.0
