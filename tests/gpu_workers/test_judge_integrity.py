@@ -25,6 +25,19 @@ def test_thread_budget_fires_beyond_the_budget_only():
     assert judge.thread_budget_finding(STRICT, {"cpu_s": 0.12, "window_s": 0.10}, threads=1) is None
 
 
+def test_thread_budget_holds_for_the_calls_the_median_stands_on():
+    from gpu_workers.child.timing import _window_cpu
+
+    # given four busy calls on two threads and three idle ones (a sleep each) between them
+    windows = [(0.004, 0.002)] * 4 + [(0.0, 0.030)] * 3
+    stats = _window_cpu(windows)
+    # then over all the windows the CPU time is inside one thread, over the shorter half it is not
+    assert stats["cpu_s"] < stats["window_s"] and stats["cpu_fast_s"] == pytest.approx(2 * stats["window_fast_s"])
+    finding = judge.thread_budget_finding(STRICT, stats, threads=1)
+    assert finding.rule == "thread_budget" and "shorter half" in finding.message
+    assert judge.thread_budget_finding(STRICT, stats, threads=2) is None
+
+
 def test_fingerprint_finding_names_the_calls_that_are_not_their_inputs_answers():
     fp = Fingerprint(7)
     answers = [torch.randn(1000) for _ in range(3)]
