@@ -20,6 +20,9 @@
 #   overhead    where a host-bound forward's time goes in a child (bench/host_overhead.py) for each of
 #               OVERHEAD_TASKS (KernelBench paths under the task folder), with the plain loop and with our
 #               timer (OVERHEAD_TIMERS), OVERHEAD_ARGS passed on
+#   repro       the host-timed identities (REPRO_TASKS, default L3 9, 20, 22, 28, 32, 40, 41, 42): 3 repeats at
+#               1 worker with the plain method beside each, then once at 16 workers, in one JSONL
+#               (repro.jsonl), whose summary gives max/min over the runs and the agreement
 # The default is "tests sweep". Variables: SWEEP_WORKERS (16), SWEEP_ARGS (extra arguments), TP_WORKERS (16),
 # TP_N (80 candidates).
 set -uo pipefail
@@ -77,7 +80,15 @@ for s in ${STEPS:-tests sweep}; do
         TAIL=40 step "overhead_$timer" "${OVERHEAD_S:-300}" bash -c 'for t in $0; do echo "== $t"; python3 bench/host_overhead.py "$1/$t" --device cuda --timer "$2" $3; done' \
           "${OVERHEAD_TASKS:-level3/28_VisionTransformer.py}" "$root" "$timer" "${OVERHEAD_ARGS:---repeat 2}"
       done ;;
-    *) echo "unknown step $s (tests sweep compile throughput fidelity train watch overhead)"; exit 2 ;;
+    repro)
+      root=$( [ -d shared/kernelbench ] && echo shared/kernelbench || echo ../shared/kernelbench)
+      tasks=${REPRO_TASKS:-3/9 3/20 3/22 3/28 3/32 3/40 3/41 3/42}
+      TAIL=30 step repro_1w "${REPRO_S:-400}" python3 bench/kernelbench_sweep.py --root "$root" --device cuda \
+        --workers 1 --repeat 3 --plain --tasks $tasks --out "$OUT/repro.jsonl"
+      # a fourth run of each, at 16 workers: appended as repeat 3 (the rows of repeats 0-2 are kept)
+      TAIL=30 step repro_16w "${REPRO_S:-400}" python3 bench/kernelbench_sweep.py --root "$root" --device cuda \
+        --workers 16 --repeat 4 --tasks $tasks --out "$OUT/repro.jsonl" ;;
+    *) echo "unknown step $s (tests sweep compile throughput fidelity train watch overhead repro)"; exit 2 ;;
   esac
 done
 exit 0
