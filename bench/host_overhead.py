@@ -107,7 +107,10 @@ if {timer!r} == "ours":
         stats = timing.time_callable(model, buffers, rotations, device, budget_s=30.0, max_iters=calls, keep=(),
                                      settle_within=0.0, target_spread=0.0, host_warm_s=current().host_warm_s)
     host = stats.get("host_median_ms", stats["median_ms"])
-    print(json.dumps({{"median_ms": host, "q1_ms": host, "q3_ms": host, "samples": stats.get("e2e_iterations", 0),
+    # quartiles where the result has the host series' own (the CPU's, or a host-timed reward's)
+    series = (stats.get("spread_ms") or {{}}) if stats.get("timed") in (None, "host") else {{}}
+    print(json.dumps({{"median_ms": host, "q1_ms": series.get("q1"), "q3_ms": series.get("q3"),
+                      "samples": stats.get("e2e_iterations", stats.get("iterations", 0)),
                       "reward_ms": stats["median_ms"], "timed": stats.get("timed"),
                       "gpu_median_ms": stats.get("gpu_median_ms")}}))
     raise SystemExit(0)
