@@ -61,6 +61,19 @@ def build_context(request: EvalRequest, hardware: dict[str, Any]) -> BuildContex
                         pch_dir(cache_root(), request.device, wait=False, kind="lite"))
 
 
+# CPU children start with glibc's per-thread cache off (read at exec, so it is part of the process's
+# environment; the zygote is kept per value: sandbox.zygote). torch aligns its CPU blocks to 64 bytes,
+# and the few bytes glibc splits off in front of a block land in that cache, whose chunks are never
+# merged with their neighbours: a freed output-sized block stays fenced in, too small by the
+# alignment's slack for the next block of its size, and every call took fresh pages from the top of
+# the heap. Whether that happened depended on where the process's heap stood: the same 64K-element
+# forward ran 0.035 ms in some processes and 0.13-0.17 ms (64 page faults a call) in others, so a
+# baseline and its identity differed by up to 4x on the CPU. With the cache off 28 of 28 processes
+# ran it at 0.037-0.053 ms (fastbins, which glibc merges before every large block, take the bytes);
+# a small op's host time is about 7% longer.
+CPU_HEAP_TUNABLES = "glibc.malloc.tcache_count=0"
+
+
 def child_env(request: EvalRequest, hardware: dict[str, Any], build: BuildContext | None, *,
               hide_gpu: bool) -> dict[str, str]:
     threads = str(threads_for(request))
@@ -81,6 +94,7 @@ def child_env(request: EvalRequest, hardware: dict[str, Any], build: BuildContex
         env["CUDA_VISIBLE_DEVICES"] = "" if hide_gpu else visible_device(request.gpu_index)
     else:
         env["CUDA_VISIBLE_DEVICES"] = ""
+        env["GLIBC_TUNABLES"] = CPU_HEAP_TUNABLES
     env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root() / "inductor")
     env["TRITON_CACHE_DIR"] = str(cache_root() / "triton")
     env.update(current().child_env())  # the cache (the light-build bridge lives there), the build paths

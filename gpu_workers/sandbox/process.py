@@ -411,7 +411,7 @@ def _fork(role: str, env: dict[str, str], workdir: Path, fds: tuple[int, int, in
     started with ``python -m`` (see ``zygote``)."""
     from . import zygote
 
-    forker = zygote.zygote_for(scrubbed_env())
+    forker = zygote.zygote_for(scrubbed_env({k: env[k] for k in zygote.FROM_CHILD_ENV if k in env}))
     if forker is None:
         return None
     try:

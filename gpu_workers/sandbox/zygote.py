@@ -40,7 +40,10 @@ from . import keeper
 
 # What the zygote's own imports can depend on: a zygote is kept per set of these values.
 _IMPORT_ENV = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CUDA_HOME", "CUDA_PATH", "OPENBLAS_CORETYPE",
-               "OPENBLAS_L2_SIZE", "LANG", "LC_ALL", "TZ")
+               "OPENBLAS_L2_SIZE", "LANG", "LC_ALL", "TZ", "GLIBC_TUNABLES")
+# Of a child's own environment, what its zygote must have had from the start (read at exec: the
+# CPU children's heap policy, build.compile.CPU_HEAP_TUNABLES).
+FROM_CHILD_ENV = ("GLIBC_TUNABLES",)
 _MAX_MESSAGE = 1 << 20
 _START_TIMEOUT_S = 120.0
 _ADOPTED_WAIT_S = 5.0

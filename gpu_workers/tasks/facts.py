@@ -29,10 +29,11 @@ from ..settings import current
 # does outside its windows (every output fingerprinted and its window's read repeated, as the
 # candidate's are, so the loop overhead kept with it is the candidate's too: judge.timer_finding),
 # under the candidate's CPU heap policy (runtime.prepare_torch), after the host is warmed until its
-# time is steady (timing.HOST_WARM_MIN_S), the parent's wall clock starting after the warm-up: "9".
+# time is steady (timing.HOST_WARM_MIN_S), the parent's wall clock starting after the warm-up, CPU
+# children without glibc's per-thread cache (build.compile.CPU_HEAP_TUNABLES): "10".
 # Kept baselines are keyed on it, so a baseline kept the old way is never set against a candidate
 # timed the new way.
-TIMING_METHOD = "9"
+TIMING_METHOD = "10"
 
 
 def samples() -> int:

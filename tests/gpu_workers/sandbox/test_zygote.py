@@ -151,3 +151,41 @@ def test_a_child_that_kills_its_keeper_dies_and_its_daemon_with_it():
         assert child.proc.wait(timeout=30) == -signal.SIGKILL
         daemon = int(child.log_tail().split("DAEMON ", 1)[1].split()[0])
         assert not keeper.running(daemon)
+
+
+HEAP_PROBE = r'''
+import ctypes
+libc = ctypes.CDLL(None)
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                 "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc.mallinfo2.restype = Info
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+blocks = [libc.malloc(72) for _ in range(20)]  # more than the per-thread cache holds of one size
+before = libc.mallinfo2().smblks
+for block in blocks:
+    libc.free(block)
+print(f"FASTBIN {libc.mallinfo2().smblks - before}", flush=True)
+'''
+
+
+def _fastbin_frees(env_extra: dict[str, str]) -> int:
+    """Of 20 small blocks a child frees, how many glibc put in its fastbins (the rest: its per-thread
+    cache, which holds 7 of a size)."""
+    child = sandbox.spawn("compile", env_extra=env_extra)
+    with child:
+        child.send({"kernel_source": HEAP_PROBE, "env": {}, "spare": False})
+        child.recv(time.monotonic() + 120)
+        assert child.proc.wait(timeout=30) == 0
+        assert isinstance(child.proc, zygote.ForkedProcess)
+        line = next(x for x in child.log_tail().splitlines() if x.startswith("FASTBIN "))
+    return int(line.split()[1])
+
+
+def test_a_cpu_childs_heap_policy_is_its_zygotes_from_exec():
+    # glibc reads its tunables once, at exec: a forked child has them only if its zygote started with them
+    from gpu_workers.build.compile import CPU_HEAP_TUNABLES
+
+    assert _fastbin_frees({"GLIBC_TUNABLES": CPU_HEAP_TUNABLES}) == 20  # no per-thread cache
+    assert _fastbin_frees({}) == 13  # the default zygote's children keep theirs
