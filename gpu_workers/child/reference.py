@@ -156,8 +156,12 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
                 # the candidate's loop fingerprints every output outside its windows: so does this
                 # one, or the loop overhead kept with the baseline (which the parent's wall clock
                 # check takes off the candidate's) would leave a GB-sized output's fingerprints
-                # unexplained, and an honest kernel flagged (timer_mismatch, seen on the H200)
-                stats = timing.time_callable(fn, buffers, rotation_inputs, device, keep=(), fingerprint=fingerprint,
+                # unexplained, and an honest kernel flagged (timer_mismatch, seen on the H200); and it
+                # copies the outputs the candidate's keeps whole (on the CPU into this child's own outputs for
+                # those sets, sent already: timing's rooms)
+                stats = timing.time_callable(fn, buffers, rotation_inputs, device, keep=whole, fingerprint=fingerprint,
+                                              rooms={r: rotations[r]["outputs"] for r in whole
+                                                     if device.type == "cpu" and rotations[r]["outputs"]},
                                               budget_s=float(setup["timing_budget_s"]),
                                               max_iters=int(setup.get("max_iters", 1000)),
                                               warmup_inputs=fresh_copy(trial_inputs[0], device),

@@ -165,6 +165,7 @@ def time_callable(
     keep: Container[int] | None = None,
     host_warm_s: float = 0.0,
     on_timed: Callable[[], None] | None = None,
+    rooms: dict[int, list[Any]] | None = None,
 ) -> dict[str, Any]:
     """Median time of ``fn(*buffers)`` with the buffers' values rotated between iterations.
 
@@ -197,7 +198,11 @@ def time_callable(
     with every candidate mode off (``isolation.judge_ops``). ``fingerprint`` (``isolation.Fingerprint``)
     fingerprints every iteration's output outside the window, for the parent to check against the
     reference's for the same input set; ``keep`` names the input sets whose last output is kept whole
-    (default: all). The process's CPU time inside the windows is reported (``cpu_s`` against
+    (default: all), each copied into a room of its own made before the loop, or into ``rooms[r]``
+    where given (the caller's own earlier outputs for that set: a baseline's loop copies what the
+    candidate's keeps, into as many buffers, without holding them twice; on the CPU, where no flush
+    sets the cache before a window, the copies' traffic is what the next window starts from, and
+    identity timed 2-4% slower than a baseline that kept nothing, at 1M elements). The process's CPU time inside the windows is reported (``cpu_s`` against
     ``window_s``, and over the shorter half of the windows, ``cpu_fast_s`` against ``window_fast_s``):
     the thread budget's evidence.
 
@@ -281,7 +286,8 @@ def time_callable(
     # timed 2.4x slower than its own baseline, whose loop keeps nothing).
     if warm_out is not None:
         with judge_ops():
-            slots.update((r, snapshot(warm_out)) for r in range(len(rotations)) if keep is None or r in keep)
+            slots.update((r, (rooms or {}).get(r) or snapshot(warm_out))
+                         for r in range(len(rotations)) if keep is None or r in keep)
     del warm_out
 
     times: list[float] = []  # the kernel side on CUDA, the call itself on the CPU

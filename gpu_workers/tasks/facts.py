@@ -26,8 +26,9 @@ from ..settings import current
 # What a timing means (timing.time_callable and its L2 flush), how kept samples combine (their lower
 # median) and how a window's sample is made (the forward's own time, and only what the output's read
 # took past an ordinary read: timing.charged_ms), and which of the judge's work a baseline's loop
-# does outside its windows (every output fingerprinted and its window's read repeated, as the
-# candidate's are, so the loop overhead kept with it is the candidate's too: judge.timer_finding),
+# does outside its windows (every output fingerprinted and its window's read repeated, and the
+# outputs the candidate keeps whole copied, as the candidate's are, so the loop overhead kept with it
+# is the candidate's too: judge.timer_finding),
 # under the candidate's CPU heap policy (runtime.prepare_torch), after the host is warmed until its
 # time is steady (timing.HOST_WARM_MIN_S), the parent's wall clock starting after the warm-up, CPU
 # children without glibc's per-thread cache (build.compile.CPU_HEAP_TUNABLES): "10".

@@ -368,3 +368,18 @@ def test_the_host_warm_up_on_cuda_follows_whether_the_host_is_what_is_timed():
     iteration, host, kernel = fake(lambda n: 2.0 if n < 20 else 1.0, lambda n: 0.1)
     warm = timing._warm_host(iteration, [], host, kernel, 30.0, True, 40)
     assert warm["steady"] is True and warm["iterations"] == 40 and warm["last_ms"] == 1.0
+
+
+def test_kept_outputs_go_into_the_rooms_given_and_any_other_kept_set_gets_its_own():
+    # a baseline's loop copies what the candidate's keeps into the reference's own outputs for those sets
+    rotations = [[torch.full((4, 4), float(r))] for r in range(6)]
+    rooms = {r: [torch.zeros(4, 4)] for r in (1, 3)}
+    buffers = [torch.zeros(4, 4)]
+    stats = timing.time_callable(lambda x: x * 2.0, buffers, rotations, torch.device("cpu"), budget_s=10.0,
+                                 max_iters=6, keep={1, 2, 3}, rooms=rooms)
+    assert stats["kept_rotations"] == [1, 2, 3]
+    by_set = dict(zip(stats["kept_rotations"], stats["kept_outputs"]))
+    for r in (1, 3):
+        assert by_set[r][0] is rooms[r][0] and torch.equal(rooms[r][0], torch.full((4, 4), 2.0 * r))
+    assert all(by_set[2][0] is not room[0] for room in rooms.values())
+    assert torch.equal(by_set[2][0], torch.full((4, 4), 4.0))
