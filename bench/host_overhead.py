@@ -7,6 +7,8 @@ process with nothing set up (``plain``, as ``bench/plain_timing.py`` runs).
 
 Stages, each including the ones before it:
   plain     the task's model and inputs at the children's thread count (``--threads``), nothing else
+  heap      started with the environment a child of the device starts with that the process reads at
+            exec (on the CPU glibc's tunables: ``build.compile.CPU_HEAP_TUNABLES``; on CUDA none)
   fork      the process forked, as a child is, from a parent that imported torch and our modules
             for every role and froze its objects for the collector (``sandbox/zygote.py``)
   prepare   ``runtime.prepare_torch`` (TF32 off, the CPU heap's policy), as both children
@@ -32,12 +34,16 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGES = ("plain", "fork", "prepare", "imports", "flops", "guard")
+sys.path.insert(0, str(ROOT))
+
+from gpu_workers.build.compile import CPU_HEAP_TUNABLES  # noqa: E402
+STAGES = ("plain", "heap", "fork", "prepare", "imports", "flops", "guard")
 
 CHILD = r'''
 import json, statistics, sys, time
@@ -138,8 +144,11 @@ def run_stage(stage: str, args: argparse.Namespace, constants: dict[str, int]) -
     code = CHILD.format(root=str(ROOT), stage=stage, device=args.device, calls=args.calls, stages=STAGES,
                         task=str(args.task), constants=constants, threads=args.threads, timer=args.timer,
                         pin=args.pin, blocks=args.blocks)
+    env = dict(os.environ)
+    if args.device == "cpu" and STAGES.index(stage) >= STAGES.index("heap"):
+        env["GLIBC_TUNABLES"] = CPU_HEAP_TUNABLES
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=args.timeout,
-                          check=False)
+                          check=False, env=env)
     if done.returncode != 0:
         raise SystemExit(f"stage {stage}: exit {done.returncode}\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
