@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gpu_workers.build.compile import CPU_HEAP_TUNABLES  # noqa: E402
+
 STAGES = ("plain", "heap", "fork", "prepare", "imports", "flops", "guard")
 
 CHILD = r'''
