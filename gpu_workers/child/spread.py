@@ -57,22 +57,32 @@ def speedup_interval(baseline: dict[str, Any] | None, kernel: dict[str, Any] | N
     return [b_lo / k_hi, b_hi / k_lo]
 
 
-def with_run_to_run(kernel: dict[str, Any] | None, runs: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The kernel's interval widened by the run-to-run spread of a baseline kept from three or more
-    evaluations (``runs``: the summary of their medians): a kernel timed once is one draw of that
-    spread, which the interval of its own samples does not hold. Its median measured in a run that
-    ran ``d`` times the usual speed's lies within ``d`` of its usual value, ``d`` as far as the
-    baseline's runs went either way. Unchanged where there is no such spread."""
+def run_to_run_factors(runs: dict[str, Any] | None) -> tuple[float, float] | None:
+    """(fast, slow): how far the medians of three or more evaluations (``runs``: their summary) went
+    from their middle either way, as factors (``fast`` at most 1, ``slow`` at least 1); None where
+    there are fewer."""
     try:
-        k_lo, k_hi = (float(v) for v in kernel["ci95"])
         r_lo, r_hi = (float(v) for v in runs["ci95"])
         middle, count = float(runs["median"]), int(runs["samples"])
     except (KeyError, TypeError, ValueError):
-        return kernel
+        return None
     if count < 3 or middle <= 0 or r_lo <= 0:
-        return kernel
-    slow, fast = max(r_hi / middle, 1.0), min(r_lo / middle, 1.0)
-    return {**kernel, "ci95": [k_lo / slow, k_hi / fast], "run_to_run": [fast, slow]}
+        return None
+    return min(r_lo / middle, 1.0), max(r_hi / middle, 1.0)
+
+
+def widened(interval: dict[str, Any] | None, factors: tuple[float, float] | None) -> dict[str, Any] | None:
+    """A median's interval holding a run-to-run spread as well: a median measured in a run that ran
+    ``d`` times the usual speed lies within ``d`` of its usual value, ``d`` as far as ``factors``
+    (fast, slow) go either way. Unchanged without factors."""
+    try:
+        lo, hi = (float(v) for v in interval["ci95"])
+    except (KeyError, TypeError, ValueError):
+        return interval
+    if not factors:
+        return interval
+    fast, slow = factors
+    return {**interval, "ci95": [lo / slow, hi / fast], "run_to_run": [fast, slow]}
 
 
 def tie(a: list[float] | None, b: list[float] | None) -> bool:

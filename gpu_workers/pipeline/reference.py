@@ -36,6 +36,12 @@ def task_fact_path(request: EvalRequest, hardware: dict[str, Any], profile: str 
                                 str(request.timing_budget_s)], name)
 
 
+def spread_path(request: EvalRequest, hardware: dict[str, Any]) -> Path:
+    """Where this hardware's run-to-run spread is noted (``taskfacts.load_run_to_run``): per hardware
+    key and thread count, across its tasks."""
+    return taskfacts.fact_path([hardware["key"], str(threads_for(request))], "run_to_run")
+
+
 def grant_alone(gpu: GpuSlot, child: sandbox.Child, timeline: Timeline, role: str) -> float:
     """A child asked for the GPU to itself (a timing): take it exclusive, then say go. Returns the
     seconds waited, which the caller adds to the child's deadline (waiting is not the child's time)."""
@@ -110,6 +116,7 @@ def run_reference(request: EvalRequest, hardware: dict[str, Any], profile: str |
         cpu.add("parent", time.thread_time() - own_cpu)
     reference["checker"] = checker
     reference["baselines"] = baselines
+    reference["run_to_run"] = taskfacts.load_run_to_run(spread_path(request, hardware))
     reference["seeds"] = seeds
     reference["profile"] = profile
     reference["constants"] = sizing["constants"]
@@ -176,7 +183,7 @@ def _messages(request: EvalRequest, hardware: dict[str, Any], profile: str | Non
             overhead = ((wall - (waited or 0.0) - stats["total_ms"]) / stats["iterations"]) if wall else None
             entry = {"stats": stats, "wall_ms": wall, "descheduled_ms": waited, "overhead_ms_per_iter": overhead}
             path = task_fact_path(request, hardware, profile, message["baseline"])
-            baselines[message["baseline"]] = taskfacts.keep_baseline(path, entry)  # the fastest kept
+            baselines[message["baseline"]] = taskfacts.keep_baseline(path, entry, spread_path(request, hardware))
         elif phase == "baseline_failed":
             gpu.shared()  # it may have failed while timing
             if message["baseline"] not in cached:  # a kept timing stands

@@ -32,23 +32,31 @@ def _baseline_stats(entry: dict[str, Any]) -> dict[str, Any]:
     return {**entry["stats"], "samples_ms": entry.get("samples_ms"), "samples_spread": entry.get("samples_spread")}
 
 
-def _speedup_intervals(request: EvalRequest, timing: dict[str, Any], baselines: dict[str, Any]) -> dict[str, Any]:
+def _speedup_intervals(request: EvalRequest, timing: dict[str, Any], baselines: dict[str, Any],
+                       machine: dict[str, list[float]]) -> dict[str, Any]:
     """Each speedup's 95% interval: the kernel's median interval against the baseline's (across its
-    kept evaluations where three or more are kept, else within its one timing). Where the baseline's
-    kept evaluations show how far one run moves from the next and the kernel was timed the same way
-    (both host-bound or both kernel-side), the kernel's interval holds that much too
-    (``spread.with_run_to_run``): host-bound timings moved by up to 1.9x between processes on the
-    H200, far beyond one timing's own interval."""
+    kept evaluations where three or more are kept, else within its one timing). A median from one
+    evaluation is one draw of how far evaluations move from one to the next, which its own samples'
+    interval does not hold (host-bound timings moved by up to 1.9x between processes on the H200): so
+    the kernel's interval holds that run-to-run spread, the baseline's kept evaluations' where they
+    show it for the same kind of timing (both host-bound or both kernel-side: ``spread.widened``),
+    else the machine's (``machine``: ``taskfacts.load_run_to_run``), and so does a baseline's from one
+    or two evaluations. Without either, the intervals are the timings' own."""
     out: dict[str, Any] = {}
+    kernel_kind = str(timing.get("timed") or "")
     for name in request.baselines:
         entry = baselines.get(name) or {}
         kept = entry.get("samples_spread") or {}
-        across = kept.get("samples", 0) >= 3
-        side = kept if across else (entry.get("stats") or {}).get("spread_ms")
-        kernel = timing.get("spread_ms")
-        if across and (entry.get("stats") or {}).get("timed") == timing.get("timed"):
-            kernel = spread.with_run_to_run(kernel, kept)
-        out[name] = spread.speedup_interval(side, kernel)
+        stats = entry.get("stats") or {}
+        base_kind = str(stats.get("timed") or "")
+        across = spread.run_to_run_factors(kept)
+        if across is not None:
+            side = kept
+            factors = across if base_kind == kernel_kind else machine.get(kernel_kind)
+        else:
+            side = spread.widened(stats.get("spread_ms"), machine.get(base_kind))
+            factors = machine.get(kernel_kind)
+        out[name] = spread.speedup_interval(side, spread.widened(timing.get("spread_ms"), factors))
     return out
 
 
@@ -194,7 +202,9 @@ def judge_evidence(request: EvalRequest, rule_set: dict[str, Any], hardware: dic
         timing_stats={"kernel": {k: v for k, v in timing.items() if k != "fingerprints"},
                       "watch": {k: v for k, v in (evidence.watch or {}).items() if k != "own_ops"},
                       **{n: _baseline_stats(baselines.get(n, {})) for n in request.baselines},
-                      "speedup_interval": _speedup_intervals(request, timing, baselines),
+                      "speedup_interval": _speedup_intervals(request, timing, baselines,
+                                                             reference.get("run_to_run") or {}),
+                      "run_to_run": reference.get("run_to_run") or {},
                       "wall_ms": evidence.timing_wall_ms, "descheduled_ms": evidence.timing_descheduled_ms},
     )
     return result, findings

@@ -12,15 +12,19 @@ GPU slot as a candidate's timing).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
+import statistics
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from ..build.toolchain import cache_root
-from ..child.spread import summary
+from ..child.spread import run_to_run_factors, summary
 from ..settings import current
 
 # What a timing means (timing.time_callable and its L2 flush), how kept samples combine (their lower
@@ -35,6 +39,11 @@ from ..settings import current
 # Kept baselines are keyed on it, so a baseline kept the old way is never set against a candidate
 # timed the new way.
 TIMING_METHOD = "10"
+
+
+# A hardware's run-to-run spread stands once this many tasks' kept baselines (of one kind of timing)
+# have three or more samples each: fewer is one task's behaviour, not the machine's.
+RUN_TO_RUN_TASKS = 3
 
 
 def samples() -> int:
@@ -105,14 +114,52 @@ def load_baseline(path: Path) -> tuple[dict[str, Any] | None, bool]:
     return _fastest(entries), len(entries) >= samples()
 
 
-def keep_baseline(path: Path, entry: dict[str, Any]) -> dict[str, Any]:
+def keep_baseline(path: Path, entry: dict[str, Any], spread_path: Path | None = None) -> dict[str, Any]:
     """Add one timing to what is kept (up to ``samples()``, the fastest kept first) and return the
-    one that stands for them all, this one included."""
+    one that stands for them all, this one included. Where the kept samples are three or more, how
+    far they go from their middle is noted for the hardware in ``spread_path`` (``load_run_to_run``)."""
     entries = _samples_in(_read(path))
     entries.append({k: v for k, v in entry.items() if k != "samples_ms"})
     entries.sort(key=_median)
     _write(path, {"samples": entries[:samples()]})
-    return _fastest(entries)
+    chosen = _fastest(entries)
+    factors = run_to_run_factors(chosen["samples_spread"])
+    if spread_path is not None and factors is not None:
+        kind = str((entry.get("stats") or {}).get("timed") or "")
+        with _locked(spread_path):
+            known = _read(spread_path)
+            known = known if isinstance(known, dict) else {}
+            known.setdefault(kind, {})[path.stem] = list(factors)
+            _write(spread_path, known)
+    return chosen
+
+
+def load_run_to_run(spread_path: Path) -> dict[str, list[float]]:
+    """Per kind of timing ("" on the CPU; "kernel side", "host", "end to end" on CUDA), how far one
+    evaluation's median typically lies from its task's usual value on this hardware, as ``[fast,
+    slow]`` factors: the medians over the tasks whose kept baseline of that kind has three or more
+    samples (at least RUN_TO_RUN_TASKS of them). What a timing of a task with fewer kept samples is
+    one draw of (``verdict``)."""
+    known = _read(spread_path)
+    out: dict[str, list[float]] = {}
+    for kind, tasks in (known.items() if isinstance(known, dict) else ()):
+        pairs = [p for p in (tasks.values() if isinstance(tasks, dict) else ())
+                 if isinstance(p, list) and len(p) == 2 and all(isinstance(v, int | float) and v > 0 for v in p)]
+        if len(pairs) >= RUN_TO_RUN_TASKS:
+            out[kind] = [statistics.median(min(p[0], 1.0) for p in pairs), statistics.median(max(p[1], 1.0) for p in pairs)]
+    return out
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An ``flock`` on a file beside ``path`` for a read-modify-write of it: evaluations in several
+    workers note their tasks' spreads in the same file."""
+    fd = os.open(path.with_suffix(".lock"), os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing it drops the lock
 
 
 def load_fact(path: Path) -> Any:

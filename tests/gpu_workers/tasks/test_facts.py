@@ -82,3 +82,69 @@ def test_the_first_evaluations_of_a_task_each_time_its_baseline_and_later_ones_u
     assert timed == [True, True, False]
     samples = result.timing_stats["eager"]["samples_ms"]
     assert len(samples) == 2 and result.timings_ms["eager"] == min(samples)  # the lower median of two
+
+
+def _task_fact(task: str) -> Path:
+    return taskfacts.fact_path([task, "", "cpu:host", "1", "0.2"], "eager")
+
+
+def test_a_machines_run_to_run_spread_stands_once_three_tasks_show_theirs(fact):
+    spread = taskfacts.fact_path(["cpu:host", "1"], "run_to_run")
+    medians = {"a": (1.0, 1.1, 1.3), "b": (2.0, 2.0, 2.2), "c": (0.9, 1.0, 1.05, 1.2)}
+    for task in ("a", "b"):
+        for value in medians[task]:
+            taskfacts.keep_baseline(_task_fact(task), _timing(value), spread)
+    assert taskfacts.load_run_to_run(spread) == {}  # two tasks: one task's behaviour is not the machine's
+    taskfacts.keep_baseline(_task_fact("c"), _timing(0.9), spread)
+    taskfacts.keep_baseline(_task_fact("c"), _timing(1.0), spread)
+    assert taskfacts.load_run_to_run(spread) == {}  # c has two samples: no spread of its own yet
+    taskfacts.keep_baseline(_task_fact("c"), _timing(1.2), spread)
+    # each task's kept samples against their middle: a 1.0/1.1/1.3, b 1.0/1.0/1.1, c 0.9/1.0/1.2
+    fast, slow = taskfacts.load_run_to_run(spread)[""]
+    assert fast == pytest.approx(1.0 / 1.1) and slow == pytest.approx(1.3 / 1.1)
+    # kinds of timing apart (a host-bound timing's spread is not a kernel-side one's)
+    host = {"stats": {**_timing(1.0)["stats"], "timed": "host"}}
+    for value in (1.0, 1.5, 2.0):
+        taskfacts.keep_baseline(_task_fact("d"), {"stats": {**host["stats"], "median_ms": value}}, spread)
+    assert set(taskfacts.load_run_to_run(spread)) == {""}
+
+
+def test_tasks_noted_from_many_threads_at_once_are_all_kept(fact):
+    import threading
+
+    spread = taskfacts.fact_path(["cpu:host", "1"], "run_to_run")
+    barrier = threading.Barrier(8)
+
+    def keep(task: str) -> None:
+        barrier.wait()
+        for value in (1.0, 1.2, 1.5):
+            taskfacts.keep_baseline(_task_fact(task), _timing(value), spread)
+
+    threads = [threading.Thread(target=keep, args=(f"t{i}",)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(json.loads(spread.read_text())[""]) == 8
+
+
+def test_an_evaluation_whose_baseline_is_new_holds_the_machines_spread(tmp_path, monkeypatch):
+    from gpu_workers.hardware import hardware_info
+    from gpu_workers.pipeline.reference import spread_path
+
+    monkeypatch.setenv("KERNELCOURT_CACHE_DIR", str(tmp_path))
+    request = EvalRequest(task_source=(TASKS / "scale_relu.py").read_text(), kernel_source=KERNEL, device="cpu",
+                          track="open", baselines=("eager",), timing_budget_s=0.1, trials=2, run_timeout_s=60.0)
+    spread = spread_path(request, hardware_info("cpu"))
+    for task in ("a", "b", "c"):  # three other tasks of this machine, each kept from three evaluations
+        for value in (0.8, 1.0, 1.25):
+            taskfacts.keep_baseline(taskfacts.fact_path([task], "eager"), _timing(value), spread)
+    result = evaluate(request)
+    assert result.status == "passed", result.message
+    assert result.timing_stats["run_to_run"] == {"": [0.8, 1.25]}
+    low, high = result.timing_stats["speedup_interval"]["eager"]
+    kernel = result.timing_stats["kernel"]["spread_ms"]["ci95"]
+    eager = result.timing_stats["eager"]["spread_ms"]["ci95"]
+    # both sides are one draw of that spread: the interval's ends are their own crossed, widened both ways
+    assert low == pytest.approx(eager[0] / 1.25 / (kernel[1] / 0.8))
+    assert high == pytest.approx(eager[1] / 0.8 / (kernel[0] / 1.25))
