@@ -184,7 +184,8 @@ def evaluation_bytes(task_bytes: dict[str, Any], kept: int, fp64: bool = True) -
     * reference: both weight configurations (2P, and 4P more in float64), the set and its private
       copy, and during the float64 run its float64 copy (4I), the outputs in fp32 and fp64 (3O: the
       device comparison holds both beside the candidate's mapped answer), the working set in fp64
-      (2W); without float64, 2P + 2I + 2O + W;
+      (2W); without float64, 2P + 2I + 2O + W; and the copies its baselines' timing makes of the
+      outputs the candidate keeps whole (``kept`` × O, as the candidate's loop does);
     * candidate: its models (2P), the private copy of the set and the judge's two snapshots of it
       (3I), the output, the judge's clone of it, a second read of it and the first trial's answer
       kept for the determinism check (4O), the working set, the timed outputs it keeps whole
@@ -195,9 +196,9 @@ def evaluation_bytes(task_bytes: dict[str, Any], kept: int, fp64: bool = True) -
     params = int(task_bytes.get("parameter_bytes", 0))
     work = inputs + outputs
     if fp64:
-        reference = 6 * params + 4 * inputs + 3 * outputs + 2 * work + CONTEXT_BYTES
+        reference = 6 * params + 4 * inputs + (3 + kept) * outputs + 2 * work + CONTEXT_BYTES
     else:
-        reference = 2 * params + 2 * inputs + 2 * outputs + work + CONTEXT_BYTES
+        reference = 2 * params + 2 * inputs + (2 + kept) * outputs + work + CONTEXT_BYTES
     candidate = (2 * params + 3 * inputs + (4 + kept) * outputs + work + min(HOLD_BYTES, inputs)
                  + CONTEXT_BYTES)
     return {"reference": reference, "candidate": candidate, "total": reference + candidate}

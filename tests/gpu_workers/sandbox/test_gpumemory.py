@@ -114,6 +114,7 @@ def test_evaluation_bytes_follow_the_task_with_one_input_set_live_at_a_time():
     assert evaluation_bytes(relu, kept=0)["total"] < 0.9 * 150_109_880_320
     # timed outputs kept whole, and the float64 reference, cost what they hold
     assert evaluation_bytes(task, kept=6)["candidate"] == small["candidate"] + 6 * GIB
+    assert evaluation_bytes(task, kept=6)["reference"] == small["reference"] + 6 * GIB  # its baselines copy them too
     narrow = evaluation_bytes(task, kept=0, fp64=False)
     assert narrow["candidate"] == small["candidate"] and narrow["reference"] < small["reference"]
     weights = evaluation_bytes({**task, "parameter_bytes": GIB}, kept=0)
