@@ -202,9 +202,9 @@ def time_callable(
     where given (the caller's own earlier outputs for that set: a baseline's loop copies what the
     candidate's keeps, into as many buffers, without holding them twice; on the CPU, where no flush
     sets the cache before a window, the copies' traffic is what the next window starts from, and
-    identity timed 2-4% slower than a baseline that kept nothing, at 1M elements). The process's CPU time inside the windows is reported (``cpu_s`` against
-    ``window_s``, and over the shorter half of the windows, ``cpu_fast_s`` against ``window_fast_s``):
-    the thread budget's evidence.
+    identity timed 2-4% slower than a baseline that kept nothing, at 1M elements). The process's
+    CPU time inside the windows is reported (``cpu_s`` against ``window_s``, and over the shorter
+    half of the windows, ``cpu_fast_s`` against ``window_fast_s``): the thread budget's evidence.
 
     Before the timed iterations, where the host's time counts (always on the CPU; on CUDA where the
     warm-up's host time is HOST_COUNTS of its kernel side or more), the forward runs again on the

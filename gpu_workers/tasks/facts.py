@@ -129,7 +129,8 @@ def keep_baseline(path: Path, entry: dict[str, Any], spread_path: Path | None = 
         with _locked(spread_path):
             known = _read(spread_path)
             known = known if isinstance(known, dict) else {}
-            known.setdefault(kind, {})[path.stem] = list(factors)
+            tasks = known.get(kind) if isinstance(known.get(kind), dict) else {}
+            known[kind] = {**tasks, path.stem: list(factors)}
             _write(spread_path, known)
     return chosen
 
