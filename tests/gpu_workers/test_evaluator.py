@@ -84,7 +84,9 @@ def test_no_child_outlives_its_evaluation(fault_results):
 
 
 def test_faulting_children_leave_the_zygote_running(fault_results):
-    assert fault_results["_zygotes_alive"] == [True]
+    # one zygote per import-time environment (a CPU child's starts with its heap tunables): all still up
+    alive = fault_results["_zygotes_alive"]
+    assert alive and all(alive), alive
 
 
 def test_hang_in_forward_is_a_timeout(fault_results):
