@@ -167,25 +167,28 @@ before = libc.mallinfo2().smblks
 for block in blocks:
     libc.free(block)
 print(f"FASTBIN {libc.mallinfo2().smblks - before}", flush=True)
+with open("/proc/self/environ", "rb") as exec_env:  # what the process was exec'd with: the zygote's
+    print(f"EXEC_TUNABLES {b'GLIBC_TUNABLES=' in exec_env.read()}", flush=True)
 '''
 
 
-def _fastbin_frees(env_extra: dict[str, str]) -> int:
-    """Of 20 small blocks a child frees, how many glibc put in its fastbins (the rest: its per-thread
-    cache, which holds 7 of a size)."""
+def _heap_probe(env_extra: dict[str, str]) -> tuple[int, bool]:
+    """Of 20 small blocks a child frees, how many glibc put in its fastbins (all of them without its
+    per-thread cache, which would take up to 7 of a size); and whether the process it was forked
+    from was started with glibc tunables in its environment."""
     child = sandbox.spawn("compile", env_extra=env_extra)
     with child:
         child.send({"kernel_source": HEAP_PROBE, "env": {}, "spare": False})
         child.recv(time.monotonic() + 120)
         assert child.proc.wait(timeout=30) == 0
         assert isinstance(child.proc, zygote.ForkedProcess)
-        line = next(x for x in child.log_tail().splitlines() if x.startswith("FASTBIN "))
-    return int(line.split()[1])
+        lines = dict(x.split(" ", 1) for x in child.log_tail().splitlines() if x.startswith(("FASTBIN ", "EXEC_")))
+    return int(lines["FASTBIN"]), lines["EXEC_TUNABLES"] == "True"
 
 
 def test_a_cpu_childs_heap_policy_is_its_zygotes_from_exec():
     # glibc reads its tunables once, at exec: a forked child has them only if its zygote started with them
     from gpu_workers.build.compile import CPU_HEAP_TUNABLES
 
-    assert _fastbin_frees({"GLIBC_TUNABLES": CPU_HEAP_TUNABLES}) == 20  # no per-thread cache
-    assert _fastbin_frees({}) == 13  # the default zygote's children keep theirs
+    assert _heap_probe({"GLIBC_TUNABLES": CPU_HEAP_TUNABLES}) == (20, True)  # no per-thread cache
+    assert _heap_probe({})[1] is False  # the default zygote's children keep glibc's defaults
