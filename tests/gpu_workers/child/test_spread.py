@@ -46,12 +46,10 @@ def test_overlapping_intervals_are_a_tie():
 def test_a_kernel_timed_once_gets_the_run_to_run_spread_of_its_kept_baseline():
     from gpu_workers.child.spread import run_to_run_factors, widened
 
-    def with_run_to_run(kernel, runs):
-        return widened(kernel, run_to_run_factors(runs))
-
     kernel = {"samples": 100, "median": 2.0, "ci95": [1.98, 2.02]}
     runs = summary([1.6, 2.0, 2.0, 2.4, 3.2])  # five evaluations: 0.8x to 1.6x of their median
-    wide = with_run_to_run(kernel, runs)
+    assert run_to_run_factors(runs) == pytest.approx((0.8, 1.6))
+    wide = widened(kernel, run_to_run_factors(runs))
     assert wide["ci95"] == pytest.approx([1.98 / 1.6, 2.02 / 0.8])
     assert wide["run_to_run"] == pytest.approx([0.8, 1.6])
     # the identity's speedup then holds 1 where the kernel's own interval alone did not
@@ -59,6 +57,6 @@ def test_a_kernel_timed_once_gets_the_run_to_run_spread_of_its_kept_baseline():
     assert speedup_interval({"ci95": [2.1, 2.2]}, kernel)[0] > 1.0
     assert tie(speedup_interval({"ci95": [2.1, 2.2]}, wide), [1.0, 1.0])
     assert speedup_interval(baseline, wide)[0] < 1.0 < speedup_interval(baseline, wide)[1]
-    # too few evaluations to say, or no interval: unchanged
-    assert with_run_to_run(kernel, summary([1.6, 2.4])) is kernel
-    assert with_run_to_run(kernel, None) is kernel
+    # too few evaluations to say, or no interval: no factors, and nothing widened
+    assert run_to_run_factors(summary([1.6, 2.4])) is None and run_to_run_factors(None) is None
+    assert widened(kernel, None) is kernel
