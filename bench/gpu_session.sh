@@ -12,6 +12,8 @@
 #               evaluation's phases as they happen, $OUT/sweep.jsonl.progress.log),
 #               seeded from SWEEP_RESUME (a JSONL from an earlier call) or else from the last call's rows on a
 #               warm machine (SWEEP_STATE, /tmp/kc-state/sweep.jsonl), so a long sweep spans several calls
+#   probe       whether a timer can see, from its own context, other processes' work drain from the GPU
+#               after they are stopped (bench/drain_probe.py: the basis of timing.await_idle)
 #   compile     cold compile-and-load, ours against load_inline (bench/compile_speed.py)
 #   throughput  distinct 1M-element candidates through the local pool (bench/throughput.py)
 #   fidelity    the same kernel in 5 separate evaluations, then Nsight Compute on it (eval_timeline, ncu_agreement)
@@ -54,8 +56,11 @@ for s in ${STEPS:-tests sweep}; do
       if [ -n "${SWEEP_RESUME:-}" ] && [ -f "$SWEEP_RESUME" ]; then cp "$SWEEP_RESUME" "$OUT/sweep.jsonl"
       elif [ -f "$STATE" ]; then cp "$STATE" "$OUT/sweep.jsonl"; fi
       TAIL=30 step sweep "${SWEEP_S:-500}" python3 bench/kernelbench_sweep.py --root "${KERNELBENCH:-$( [ -d shared/kernelbench ] && echo shared/kernelbench || echo ../shared/kernelbench)}" \
-        --device cuda --workers "${SWEEP_WORKERS:-16}" --out "$OUT/sweep.jsonl" ${SWEEP_ARGS:-}
+        --device cuda --workers "${SWEEP_WORKERS:-16}" --out "$OUT/sweep.jsonl" \
+        --stop-after "${SWEEP_STOP:-$(( ${SWEEP_S:-500} - 100 ))}" ${SWEEP_ARGS:-}
       cp "$OUT/sweep.jsonl" "$STATE" 2>/dev/null ;;
+    probe)
+      step probe "${PROBE_S:-120}" python3 bench/drain_probe.py --out "$OUT/drain_probe.json" ;;
     compile)
       step compile "${COMPILE_S:-200}" python3 bench/compile_speed.py --device cuda --candidates 1 --extra-ours 5 ;;
     throughput)
@@ -88,7 +93,7 @@ for s in ${STEPS:-tests sweep}; do
       # a fourth run of each, at 16 workers: appended as repeat 3 (the rows of repeats 0-2 are kept)
       TAIL=30 step repro_16w "${REPRO_S:-400}" python3 bench/kernelbench_sweep.py --root "$root" --device cuda \
         --workers 16 --repeat 4 --tasks $tasks --out "$OUT/repro.jsonl" ;;
-    *) echo "unknown step $s (tests sweep compile throughput fidelity train watch overhead repro)"; exit 2 ;;
+    *) echo "unknown step $s (tests sweep probe compile throughput fidelity train watch overhead repro)"; exit 2 ;;
   esac
 done
 exit 0

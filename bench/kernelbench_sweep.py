@@ -73,6 +73,9 @@ def row_for(key: str, repeat: int, result: Any, wall_s: float) -> dict[str, Any]
         "gpu_wait_s": slot.get("wait_s"), "cpu_s": stats.get("cpu_s"),
         # what holds timings back: seconds waited as a timer, and each step's longest stretch of shared hold
         "gpu_timer_wait_s": slot.get("exclusive_wait_s"), "gpu_timings": slot.get("exclusive_acquisitions"),
+        # stopped mid-stretch for other evaluations' timings, and each timing's wait for the GPU to drain
+        "gpu_stops": slot.get("stops"), "gpu_stopped_s": slot.get("stopped_s"),
+        "drain_s": {n: ((stats.get(n) or {}).get("drain") or {}).get("drain_s") for n in ("kernel", "eager", "compile")},
         "gpu_longest_stretch_s": {step: max(v) for step, v in (slot.get("stretches") or {}).items() if v},
         "bytes": (stats.get("sizing") or {}).get("bytes"), "constants": (stats.get("sizing") or {}).get("constants"),
         "speedup_interval": stats.get("speedup_interval"), "memory": stats.get("memory"),
@@ -189,6 +192,13 @@ def summarize(rows: list[dict[str, Any]], wall_s: float | None, evaluated: int) 
             lines.append(f"waited as a timer (s/eval): median {statistics.median(timer):.2f}; longest stretches "
                          "between pause points, by the step that ended them: "
                          + ", ".join(f"{k} {v:.1f}" for k, v in sorted(stretch.items(), key=lambda kv: -kv[1])[:6]))
+        drains = [d for r in rows for d in (r.get("drain_s") or {}).values() if d is not None]
+        stops = [r.get("gpu_stops") or 0 for r in rows]
+        if drains:
+            lines.append(f"timings' wait for other processes' work to drain (s): median {statistics.median(drains):.4f}, "
+                         f"p90 {_quantile(drains, 0.9):.4f}, max {max(drains):.3f}; children stopped for timers: "
+                         f"{sum(stops)} times, {statistics.median([r.get('gpu_stopped_s') or 0 for r in rows]):.2f} "
+                         "s per evaluation (median)")
         cpu = Counter()
         for r in rows:
             for who, s in (r.get("cpu_s") or {}).items():
@@ -242,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baselines", default="eager,compile", help="comma-separated (gpu_workers.schema.BASELINES)")
     parser.add_argument("--plain", action="store_true", help="also time each task the plain way")
     parser.add_argument("--plain-trials", type=int, default=100)
+    parser.add_argument("--stop-after", type=float, default=None,
+                        help="seconds: start no evaluation after this, finish those in flight (a time-boxed call)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--progress", default=None, help="the live log of every evaluation's phases")
     args = parser.parse_args(argv)
@@ -272,28 +284,55 @@ def main(argv: list[str] | None = None) -> int:
                                     baselines=tuple(b for b in args.baselines.split(",") if b)))
     began = time.monotonic()
     try:
-        _sweep(args, requests, todo, out, began)
+        evaluated = _sweep(args, requests, todo, out, began)
     finally:
         live.removeHandler(progress)
         progress.close()
     wall = time.monotonic() - began
-    print(summarize(_rows(out), wall, len(todo)))
+    print(summarize(_rows(out), wall, evaluated))
     return 0
 
 
-def _sweep(args: argparse.Namespace, requests: list[Any], todo: list[Any], out: Path, began: float) -> None:
+def _sweep(args: argparse.Namespace, requests: list[Any], todo: list[Any], out: Path, began: float) -> int:
+    """Evaluate through the pool, a row each as it completes; past ``--stop-after`` nothing new
+    starts and the evaluations in flight finish (their rows kept for the next call to resume from).
+    Returns how many were evaluated."""
+    import concurrent.futures as cf
+
     from gpu_workers.workers.pool import LocalPool
 
+    evaluated = 0
     with LocalPool(workers=args.workers, gpus=args.gpus) as pool, out.open("a", encoding="utf-8") as sink:
-        for index, result in pool.as_completed(requests):
-            task, repeat = todo[index]
-            row = row_for(task.key, repeat, result, time.monotonic() - began)
-            if args.plain and result.status == "passed":
-                row["plain"] = _plain(task.path, requests[index].kernel_source, args.device, args.max_elements,
-                                      args.plain_trials)
-            sink.write(json.dumps(row) + "\n")
-            sink.flush()
-            print(f"{task.key} #{repeat}: {result.status} {result.speedup.get('eager')}", file=sys.stderr)
+        futures = {pool.submit(r): i for i, r in enumerate(requests)}
+        pending = set(futures)
+        stopping = False
+        while pending:
+            left = None if args.stop_after is None or stopping else max(0.0, began + args.stop_after - time.monotonic())
+            finished, pending = cf.wait(pending, timeout=left, return_when=cf.FIRST_COMPLETED)
+            if not finished and not stopping:  # past the time given: let what runs finish, start nothing
+                stopping = True
+                cancelled = sum(f.cancel() for f in pending)
+                pending = {f for f in pending if not f.cancelled()}
+                print(f"stopping after {args.stop_after:g} s: {cancelled} not started, {len(pending)} in flight",
+                      file=sys.stderr)
+                continue
+            for future in finished:
+                index, result = futures[future], future.result()
+                evaluated += 1
+                _write(args, requests, todo, index, result, sink, began)
+    return evaluated
+
+
+def _write(args: argparse.Namespace, requests: list[Any], todo: list[Any], index: int, result: Any, sink: Any,
+           began: float) -> None:
+    task, repeat = todo[index]
+    row = row_for(task.key, repeat, result, time.monotonic() - began)
+    if args.plain and result.status == "passed":
+        row["plain"] = _plain(task.path, requests[index].kernel_source, args.device, args.max_elements,
+                              args.plain_trials)
+    sink.write(json.dumps(row) + "\n")
+    sink.flush()
+    print(f"{task.key} #{repeat}: {result.status} {result.speedup.get('eager')}", file=sys.stderr)
 
 
 if __name__ == "__main__":

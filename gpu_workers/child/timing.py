@@ -46,6 +46,11 @@ OUTSIDE_SLACK, OUTSIDE_SLACK_MS = 0.05, 0.005  # end to end beyond host + kernel
 # (plus READ_SLACK_MS) is the read's; beyond it, the excess is the forward's work (an output filled
 # on first touch). An honest forward's sample is then its own time, with no estimate taken off it.
 READ_SLACK, READ_SLACK_MS = 1.25, 0.002
+# A timing waits until other processes' work has left the GPU (``await_idle``): an empty kernel's
+# round trip under IDLE_TRIP_MS, IDLE_RUN times in a row, for at most DRAIN_BOUND_S.
+IDLE_TRIP_MS = 0.1
+IDLE_RUN = 8
+DRAIN_BOUND_S = 30.0
 # A host-bound timing first runs the forward back to back until its host time is steady: on the lent
 # H200 (a virtual machine) a process's first 0.2-0.6 s of host-bound calls ran up to 1.6x slower
 # than the rest of the same process (bench/host_overhead.py --blocks: level3/28 at 2.4 ms, then
@@ -121,6 +126,31 @@ def spin_cycles(host_ms: float) -> int:
     start event and one forward (the forward's host time, with half again and 20 µs as margin),
     between ~30 µs and ~1 ms."""
     return int(min(SPIN_CYCLES, max(MIN_SPIN_CYCLES, (1.5 * host_ms + 0.02) * CYCLES_PER_MS)))
+
+
+def await_idle(device: torch.device) -> dict[str, Any]:
+    """Before a timing on CUDA: wait until no other process's work is left on the GPU. Other
+    evaluations' children are stopped mid-stretch when a timer waits (``GpuSlot.step_aside``), not
+    waited for, and what they queued before the stop still runs. Without MPS the GPU time-slices
+    between contexts, so an empty kernel's round trip from this context (its launch and a
+    synchronise) takes a time slice or more while another context has work, and a few microseconds
+    once none has (bench/drain_probe.py): the GPU is idle once ``IDLE_RUN`` round trips in a row
+    are under ``IDLE_TRIP_MS``. Bounded by ``DRAIN_BOUND_S``; the result says what it saw."""
+    if device.type != "cuda" or _cuda_spin is None:
+        return {"drain_s": 0.0, "probes": 0, "idle": None}
+    began = _perf_counter()
+    probes = run = 0
+    slowest = 0.0
+    while run < IDLE_RUN and _perf_counter() - began < DRAIN_BOUND_S:
+        sent = _perf_counter()
+        _cuda_spin(0)
+        synchronize(device)
+        trip = (_perf_counter() - sent) * 1e3
+        probes += 1
+        slowest = max(slowest, trip)
+        run = run + 1 if trip < IDLE_TRIP_MS else 0
+    return {"drain_s": round(_perf_counter() - began, 6), "probes": probes, "idle": run >= IDLE_RUN,
+            "slowest_trip_ms": round(slowest, 4)}
 
 
 def _round_trip(device: torch.device) -> float:
@@ -220,6 +250,8 @@ def time_callable(
     every timing holds the GPU alone, so iterations past a known median only keep others waiting.
     """
     cuda = device.type == "cuda"
+    with SpinWaits(device, enabled=spin_waits):
+        drain = await_idle(device)  # first: the warm-up and the read's cost are timed too
     flusher = L2Flusher(device)
     # below this a median cannot be known anyway: CUDA events resolve about half a microsecond
     resolution = EVENT_RESOLUTION_MS if cuda else 0.0
@@ -468,6 +500,7 @@ def time_callable(
         "read_excess_max_ms": read_excess,
         **_window_cpu(windows),
         "host_warm": host_warm,
+        "drain": drain,
     }
 
 

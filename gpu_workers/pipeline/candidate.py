@@ -8,6 +8,8 @@ from __future__ import annotations
 import secrets
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -16,7 +18,7 @@ from ..build.compile import BuildContext, PhaseFailure, child_env, child_failure
 from ..rules import make_finding
 from ..sandbox import process as sandbox
 from ..sandbox.gpumemory import HOLD_BYTES
-from ..sandbox.gpuslot import SlotUse, gpu_slot, hold_bound
+from ..sandbox.gpuslot import GpuSlot, SlotUse, gpu_slot, hold_bound
 from ..schema import EvalRequest, Finding
 from ..settings import EvaluatorSettings
 from .accounting import CpuUse, TimedSpan, Timeline
@@ -28,7 +30,7 @@ from .plan import (
     rotations_for,
     timing_options,
 )
-from .reference import grant_alone
+from .reference import Checker, grant_alone
 
 
 class Forged(Exception):
@@ -44,6 +46,20 @@ class Forged(Exception):
 # Candidate messages after which the child waits for the parent's go (its GPU work synchronised).
 _PAUSE_POINTS = frozenset({"prepared", "imported", "built", "ready", "trial", "timing_end", "timing_read",
                            "timing_outputs", "after"})
+
+
+@contextmanager
+def stopped_for_timers(gpu: GpuSlot, *children: sandbox.Child | Checker | None) -> Iterator[None]:
+    """While the candidate phase holds its GPU slot, its child and the reference child comparing on
+    the device for it are stopped mid-stretch whenever a timer waits (``Child.yield_to_timers``)."""
+    held = [c.child if isinstance(c, Checker) else c for c in children if c is not None]
+    for child in held:
+        child.gpu_slot = gpu
+    try:
+        yield
+    finally:
+        for child in held:
+            child.gpu_slot = None
 
 
 def spawn_candidate(request: EvalRequest, hardware: dict[str, Any], build: BuildContext,
@@ -134,7 +150,7 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
     child.mac_key = setup["mac_key"] = secrets.token_bytes(32)
     evidence = judge.Evidence()
     bounds = _stretch_bounds(request, reference, compile_deferred, settings.gpu_hold_floor_s, settings.host_warm_s)
-    with child, gpu_slot(hardware, slot) as gpu:
+    with child, gpu_slot(hardware, slot) as gpu, stopped_for_timers(gpu, child, checker):
         timeline.mark("candidate: slot")
         child.send(setup)
         budget = request.run_timeout_s + (request.compile_timeout_s if compile_deferred else 0.0)
@@ -153,9 +169,12 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
 
         try:
             while True:
+                stopped = child.stopped_s
                 try:
                     message = child.recv(min(deadline, stretch["by"]), max_bytes=max_bytes)
                 except sandbox.ChildError as exc:
+                    stretch["by"] += child.stopped_s - stopped
+                    deadline += child.stopped_s - stopped
                     if exc.kind != "timeout" or stretch["by"] >= deadline:
                         raise
                     child.kill()  # before the GPU is let go: nothing of it may run beside a timing
@@ -166,6 +185,9 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
                                        f"{stretch['after']!r} without reaching its next pause point "
                                        f"({stretch['ends']!r}): killed, and the GPU given to the others",
                                        child.log_tail()) from None
+                # kept stopped for other evaluations' timings: not the candidate's time
+                stretch["by"] += child.stopped_s - stopped
+                deadline += child.stopped_s - stopped
                 received += 1
                 phase = message.get("phase")
                 timeline.mark(f"candidate: {phase}")

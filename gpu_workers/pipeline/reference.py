@@ -100,11 +100,14 @@ def run_reference(request: EvalRequest, hardware: dict[str, Any], profile: str |
         with gpu_slot(hardware, slot, mode="later" if device_string(request).startswith("cuda") else "shared") as gpu:
             timeline.mark("reference: slot")
             child.send(setup)
+            child.gpu_slot = gpu  # stopped mid-stretch whenever a timer waits
             try:
                 reference, baselines = _messages(request, hardware, profile, child, gpu, timeline,
                                                  wanted, cached, flops_cached, flops_path)
             except sandbox.ChildError as exc:
                 raise child_failure(exc, child, "running the reference", request.run_timeout_s) from None
+            finally:
+                child.gpu_slot = None
         clean = True
         if reference.get("checking"):
             checker = Checker(child, env, limits["spawn"], request.run_timeout_s, timeline)
@@ -128,13 +131,15 @@ def _messages(request: EvalRequest, hardware: dict[str, Any], profile: str | Non
               flops_cached: int | None, flops_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """The reference child's messages, in order: pause points, its outputs, then each baseline's timing."""
     deadline = time.monotonic() + request.run_timeout_s
+    went, stopped = time.monotonic(), child.stopped_s
     message = child.recv(deadline)
-    went, trial_s = time.monotonic(), 0.0  # the reference's slowest trial: what bounds the candidate's stretches
+    trial_s = 0.0  # the reference's slowest trial: what bounds the candidate's stretches
     while message.get("phase") == "checkpoint":  # a pause point: a waiting timing goes first
         step = f"reference: {message.get('step')}"
         timeline.mark(step)
+        deadline += child.stopped_s - stopped  # kept stopped for other timings: not the child's time
         if message.get("step") == "trial":
-            trial_s = max(trial_s, time.monotonic() - went)
+            trial_s = max(trial_s, time.monotonic() - went - (child.stopped_s - stopped))
         if message.get("step") == "outputs":  # the large message that follows is CPU work alone
             gpu.release(step)
         elif not gpu.holding:  # before the child's first GPU work (its models are built)
@@ -142,8 +147,9 @@ def _messages(request: EvalRequest, hardware: dict[str, Any], profile: str | Non
         else:
             deadline += gpu.pause_point(step)
         child.signal()
-        went = time.monotonic()
+        went, stopped = time.monotonic(), child.stopped_s
         message = child.recv(deadline)
+    deadline += child.stopped_s - stopped
     timeline.mark(f"reference: {message.get('phase')}")
     if message.get("phase") == "error":
         raise PhaseFailure("runtime_error", "the reference (task) failed to run: "
@@ -161,7 +167,9 @@ def _messages(request: EvalRequest, hardware: dict[str, Any], profile: str | Non
     baselines = dict(cached)
     span: TimedSpan | None = None
     while True:
+        stopped = child.stopped_s
         message = child.recv(deadline + request.run_timeout_s * len(wanted))
+        deadline += child.stopped_s - stopped
         phase = message.get("phase")
         timeline.mark(f"reference: {phase} {message.get('baseline') or ''}".rstrip())
         if phase == "want_gpu":

@@ -29,7 +29,19 @@ the GPU back, shared, after the timing. A timer so waits for the next pause poin
 for the end of its phase. ``KERNELCOURT_GPU_SHARED_MAX=K`` caps the shared holders
 of one GPU at K (a shared holder first takes one of K seats): without MPS, every process on a GPU
 gets time slices of it in turn, so many concurrent holders each run slower and a timer waits longer
-for them to drain. Unset or 0: no cap. The locks are ``flock``s on files named after the GPU's UUID,
+for them to drain. Unset or 0: no cap.
+
+A timer waits for no holder's stretch: while a parent waits for a message from a child that works
+under a shared hold, it looks every few milliseconds whether a timer waits, and if so stops the
+child's whole process tree (SIGSTOP, which no candidate can catch), lets the GPU go, takes it back
+shared after the timing and lets the child go on (``step_aside``, ``process.Child.yield_to_timers``);
+the time it stood still is not counted against the child's bounds. On the H200 the stretches between
+pause points were seconds long (a reference building its models, a candidate's construction), and a
+timer waited for the longest in progress: 2-4 s per timing, three timings an evaluation, one timer
+after another, which held 16 workers to about 5 KernelBench evaluations a minute. What a stopped
+child queued on the GPU before the stop still runs, so on CUDA a timing first waits on the device
+until the GPU has drained (``child.timing.await_idle``); pause points remain where the child's
+work is synchronised anyway, and the holder steps aside there without stopping anything. The locks are ``flock``s on files named after the GPU's UUID,
 so they hold across threads (each acquisition opens its own descriptors), across worker processes
 (several Celery workers on one node) and across Ray actors that see the same GPU under different
 indices. A child is spawned first and receives its setup only once its evaluation holds the lock, so
@@ -49,10 +61,10 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ..build.toolchain import cache_root
 from ..settings import current
@@ -68,6 +80,8 @@ class SlotUse:
     acquisitions: int = 0
     exclusive_acquisitions: int = 0
     pauses: int = 0  # pause points at which a waiting timer was let in
+    stops: int = 0  # times a child was stopped mid-stretch to let a waiting timer in (``step_aside``)
+    stopped_s: float = 0.0  # ... and the seconds it stayed stopped
     exclusive_wait_s: float = 0.0  # of wait_s, waited as a timer (for the holders to drain)
     # Each stretch of a shared hold without a pause point, by the step that ended it: a waiting
     # timer waits for the longest stretch in progress, so these say which steps hold timings back.
@@ -83,10 +97,13 @@ class SlotUse:
         return {"wait_s": round(self.wait_s, 3), "held_s": round(self.held_s, 3),
                 "exclusive_s": round(self.exclusive_s, 3), "acquisitions": self.acquisitions,
                 "exclusive_acquisitions": self.exclusive_acquisitions, "pauses": self.pauses,
+                "stops": self.stops, "stopped_s": round(self.stopped_s, 3),
                 "exclusive_wait_s": round(self.exclusive_wait_s, 3),
                 "stretches": {step: list(values) for step, values in self.stretches.items()},
                 "overrun": dict(self.overrun) if self.overrun else None}
 
+
+T = TypeVar("T")
 
 YIELD_MAX_S = 10.0  # a timer lets waiting work in first for at most this long (a bound, not a wait)
 _YIELD_POLL_S = 0.001
@@ -233,6 +250,31 @@ class GpuSlot:
         self._drop("alone")  # flock cannot upgrade in place: leave, then queue as a timer
         self.use.exclusive_acquisitions += 1
         return self._take(fcntl.LOCK_EX)
+
+    def step_aside(self, stop: Callable[[], T], resume: Callable[[T], None]) -> float:
+        """Mid-stretch, the holder's child still at work: if a timer waits, ``stop()`` the child (its
+        processes, SIGSTOP), let the GPU go, take it back shared after the timing, then ``resume``
+        it. A timer so waits for no holder's stretch to end. What the child queued on the GPU before
+        it stopped still runs: the timer waits on the device until that has drained
+        (``child.timing.await_idle``). Returns the seconds the child was stopped (0: no timer waited)."""
+        if not self.active or self._mode != fcntl.LOCK_SH or not self.timer_waiting():
+            return 0.0
+        began = time.monotonic()
+        held = stop()
+        try:
+            self._drop("stopped")
+            self.use.stops += 1
+            self._take(fcntl.LOCK_SH)
+        finally:
+            resume(held)
+        stopped = time.monotonic() - began
+        self.use.stopped_s += stopped
+        return stopped
+
+    @property
+    def holding_shared(self) -> bool:
+        """Whether this holder has the GPU shared now (its child may be at work on it)."""
+        return self.active and self._mode == fcntl.LOCK_SH
 
     @property
     def holding(self) -> bool:

@@ -44,7 +44,8 @@ def become_subreaper() -> bool:
 
 
 # ---- the process tree, read from /proc ------------------------------------------------------------
-def _state(pid: int) -> str | None:
+def state(pid: int) -> str | None:
+    """The process's state letter from ``/proc/PID/stat`` (R, S, T for stopped, Z…); None if gone."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
             return handle.read().rsplit(")", 1)[1].split()[0]
@@ -54,7 +55,7 @@ def _state(pid: int) -> str | None:
 
 def running(pid: int) -> bool:
     """The process exists and has not ended (a zombie, ended but not reaped, does not count)."""
-    return _state(pid) not in (None, "Z", "X")
+    return state(pid) not in (None, "Z", "X")
 
 
 def children_of(pid: int) -> list[int]:

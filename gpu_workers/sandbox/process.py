@@ -22,10 +22,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import keeper, wire
 from .wire import write_all
+
+if TYPE_CHECKING:
+    from .gpuslot import GpuSlot
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -36,6 +39,12 @@ _ENV_KEEP = (
     "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "TRITON_CACHE_DIR",
     "TORCHINDUCTOR_CACHE_DIR", "VIRTUAL_ENV",
 )
+
+
+# While a child works under a shared GPU slot, the parent looks this often whether a timer waits (a
+# non-blocking lock try): a timer waits about this long for each holder in the middle of a stretch.
+PREEMPT_POLL_S = 0.005
+STOP_SETTLE_S = 0.2  # the longest the parent waits for a stopped child to show as stopped
 
 
 class ChildError(RuntimeError):
@@ -135,6 +144,11 @@ class Child:
     # processes found running beside the child are kept in strays_seen.
     watch_strays: bool = False
     strays_seen: list[int] = field(default_factory=list)
+    # The GPU slot this child works under while the parent waits for its messages: held shared, the
+    # child is stopped whenever a timer waits (``yield_to_timers``), and the waiting polls for that.
+    gpu_slot: GpuSlot | None = None
+    stopped_s: float = 0.0  # seconds it has been kept stopped for other evaluations' timings
+    _extension: float = 0.0  # of that, what the message being received has waited
     _buffer: bytearray = field(default_factory=bytearray)
     _eof: bool = False
     _closed: bool = False
@@ -164,13 +178,22 @@ class Child:
 
     # --- receiving -----------------------------------------------------------------------
     def _wait_readable(self, deadline: float, next_rss_check: list[float]) -> bool:
-        """Wait up to 0.25 s for data; enforce the deadline and (at most every 0.1 s) the memory limit."""
+        """Wait up to 0.25 s for data (``PREEMPT_POLL_S`` while the child works under a shared GPU
+        slot, stepping aside for a waiting timer); enforce the deadline, less the time the child was
+        kept stopped, and (at most every 0.1 s) the memory limit."""
         if self._eof:
             raise ChildError("exited", self._exit_description())
+        poll = 0.25
+        if self.gpu_slot is not None and self.gpu_slot.holding_shared:
+            poll = PREEMPT_POLL_S
+            stopped = self.yield_to_timers()
+            self.stopped_s += stopped
+            self._extension += stopped
+        deadline += self._extension
         now = time.monotonic()
         if deadline - now <= 0:
             raise ChildError("timeout", f"no answer from the {self.role} process in time")
-        ready, _, _ = select.select([self.from_child], [], [], min(deadline - now, 0.25))
+        ready, _, _ = select.select([self.from_child], [], [], min(deadline - now, poll))
         if (self.memory_limit_bytes or self.watch_strays) and now >= next_rss_check[0]:
             next_rss_check[0] = now + 0.1  # /proc reads are not free: not once per chunk of a large message
             if self.watch_strays and not self.strays_seen:
@@ -222,6 +245,7 @@ class Child:
         is larger: a message can hold no more than the child may (a GPU-sized task's outputs)."""
         if max_bytes is None:
             max_bytes = max(8 << 30, self.memory_limit_bytes or 0)
+        self._extension = 0.0
         try:
             head = self._take(wire.COUNTS.size, deadline)
             skeleton_len, count = wire.read_counts(head, max_bytes)
@@ -259,6 +283,51 @@ class Child:
                 break
             self._buffer.extend(chunk)
         return len(self._buffer)
+
+    # --- stepping aside for timings -------------------------------------------------------
+    def yield_to_timers(self) -> float:
+        """Mid-stretch under a shared GPU slot: if a timer waits, the child's whole tree is stopped,
+        the GPU let go, and the child goes on once its slot is shared again (``GpuSlot.step_aside``).
+        Returns the seconds it was stopped (0 when no timer waited)."""
+        if self.gpu_slot is None:
+            return 0.0
+        return self.gpu_slot.step_aside(self.stop_tree, self.continue_tree)
+
+    def _tree(self) -> set[int]:
+        keeper_pid = getattr(self.proc, "keeper", None)
+        return {self.proc.pid} | keeper.descendants(keeper_pid if keeper_pid is not None else self.proc.pid)
+
+    def stop_tree(self) -> list[int]:
+        """Stop the child and every process of its tree (its descendants, the orphans its keeper
+        adopted; never the keeper): SIGSTOP cannot be caught or ignored, so nothing of it runs, or
+        launches GPU work, until ``continue_tree``. Walked again until a walk finds nothing new (a
+        process forked while the tree was walked); returns the processes stopped, once the child
+        itself shows as stopped (or ended)."""
+        if self.proc.poll() is not None:
+            return []
+        stopped: list[int] = []
+        for _ in range(8):
+            new = [pid for pid in sorted(self._tree() - set(stopped)) if keeper.running(pid)]
+            if not new:
+                break
+            for pid in new:
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except (ProcessLookupError, PermissionError):
+                    continue
+                stopped.append(pid)
+        until = time.monotonic() + STOP_SETTLE_S  # the signal is delivered, not yet acted on
+        while time.monotonic() < until and keeper.state(self.proc.pid) not in (None, "T", "t", "Z", "X"):
+            time.sleep(0.0005)
+        return stopped
+
+    def continue_tree(self, stopped: list[int]) -> None:
+        """Let the processes ``stop_tree`` stopped go on (those still there)."""
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     # --- ending --------------------------------------------------------------------------
     def _exit_description(self) -> str:

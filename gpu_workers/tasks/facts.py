@@ -35,10 +35,11 @@ from ..settings import current
 # is the candidate's too: judge.timer_finding),
 # under the candidate's CPU heap policy (runtime.prepare_torch), after the host is warmed until its
 # time is steady (timing.HOST_WARM_MIN_S), the parent's wall clock starting after the warm-up, CPU
-# children without glibc's per-thread cache (build.compile.CPU_HEAP_TUNABLES): "10".
+# children without glibc's per-thread cache (build.compile.CPU_HEAP_TUNABLES), on CUDA once other
+# processes' work has drained from the GPU (timing.await_idle): "11".
 # Kept baselines are keyed on it, so a baseline kept the old way is never set against a candidate
 # timed the new way.
-TIMING_METHOD = "10"
+TIMING_METHOD = "11"
 
 
 # A hardware's run-to-run spread stands once this many tasks' kept baselines (of one kind of timing)

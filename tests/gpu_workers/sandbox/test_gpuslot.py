@@ -347,3 +347,39 @@ def test_work_shut_out_by_a_timing_is_let_in_as_a_whole_before_the_next_timing()
     assert entered[0] == "timing-1" and entered[-1] == "timing-2"
     assert sorted(entered[1:3]) == ["work-0", "work-1"]
     assert _most_inside(log) == 2
+
+
+def test_a_holder_mid_stretch_is_stopped_for_a_waiting_timer_and_goes_on_after_it():
+    """``step_aside``: the holder's child is stopped (not waited for), the timer gets the GPU at
+    once, and the child is let go on only once the holder has the GPU shared again."""
+    use = SlotUse()
+    log: list = []
+    timer_in, timer_go = threading.Event(), threading.Event()
+    with gpu_slot(H200_A, use) as slot:
+        # given no timer waiting: nothing is stopped
+        assert slot.step_aside(lambda: log.append("stop"), lambda _held: log.append("resume")) == 0.0
+        assert log == [] and use.stops == 0
+
+        # when a timer queues while the holder's child is mid-stretch
+        timer = _thread(H200_A, log, "timer", "exclusive", inside=timer_in, release=timer_go)
+        _timer_first_in_line(H200_A)
+
+        def stop():
+            log.append("stop")
+            return "held"
+
+        def resume(held):
+            assert held == "held" and slot.holding_shared  # the GPU is the holder's again first
+            log.append("resume")
+
+        aside = threading.Thread(target=slot.step_aside, args=(stop, resume))
+        aside.start()
+        assert timer_in.wait(WAIT_S)  # the timer is in while the child is stopped
+        assert log == ["stop", ("timer", "in")]
+        timer_go.set()
+        for t in (aside, timer):
+            t.join()
+    # then the child went on after the timing, and the stop is counted
+    assert log == ["stop", ("timer", "in"), ("timer", "out"), "resume"]
+    assert use.stops == 1 and use.stopped_s > 0
+    assert use.stretches.get("stopped") and use.acquisitions == 1
