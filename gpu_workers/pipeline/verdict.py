@@ -29,7 +29,9 @@ def _baseline_stats(entry: dict[str, Any]) -> dict[str, Any]:
     sample's median and their spread."""
     if not entry.get("stats"):
         return {"error": entry.get("error")}
-    return {**entry["stats"], "samples_ms": entry.get("samples_ms"), "samples_spread": entry.get("samples_spread")}
+    return {**entry["stats"], "samples_ms": entry.get("samples_ms"), "samples_spread": entry.get("samples_spread"),
+            # the parent's wall clock over the loop and the loop's own cost per iteration (judge.timer_finding)
+            "wall_ms": entry.get("wall_ms"), "overhead_ms_per_iter": entry.get("overhead_ms_per_iter")}
 
 
 def _speedup_intervals(request: EvalRequest, timing: dict[str, Any], baselines: dict[str, Any],
