@@ -92,6 +92,31 @@ def drained(threshold_us: float, run: int = 8, bound_s: float = 30.0) -> tuple[f
     return time.perf_counter() - start, seen
 
 
+def nvml_busy_pids() -> object:
+    """Which processes NVML saw using the GPU's SMs lately (nvmlDeviceGetProcessUtilization): can a
+    parent without CUDA tell whose queued work holds a timer back?"""
+    import ctypes
+
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        assert nvml.nvmlInit_v2() == 0
+        handle = ctypes.c_void_p()
+        assert nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) == 0
+
+        class Sample(ctypes.Structure):
+            _fields_ = [("pid", ctypes.c_uint), ("timeStamp", ctypes.c_ulonglong), ("smUtil", ctypes.c_uint),
+                        ("memUtil", ctypes.c_uint), ("encUtil", ctypes.c_uint), ("decUtil", ctypes.c_uint)]
+
+        count = ctypes.c_uint(0)
+        code = nvml.nvmlDeviceGetProcessUtilization(handle, None, ctypes.byref(count), ctypes.c_ulonglong(0))
+        samples = (Sample * max(count.value, 1))()
+        code = nvml.nvmlDeviceGetProcessUtilization(handle, samples, ctypes.byref(count), ctypes.c_ulonglong(0))
+        return {"code": code, "samples": [(s.pid, s.smUtil, s.timeStamp) for s in samples[: count.value]],
+                "me": os.getpid()}
+    except Exception as exc:  # noqa: BLE001 - a probe: report what happened
+        return {"error": repr(exc)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "drain_probe.json"))
@@ -121,6 +146,7 @@ def main() -> None:
         assert word == "queued"
         t0 = time.perf_counter()
         took, trips = drained(threshold)
+        report[f"{name}_nvml"] = nvml_busy_pids()
         os.kill(proc.pid, signal.SIGCONT)
         done = proc.stdout.readline().strip()
         proc.wait()
