@@ -145,8 +145,9 @@ def main() -> None:
         os.kill(proc.pid, signal.SIGSTOP)
         assert word == "queued"
         t0 = time.perf_counter()
+        time.sleep(0.2)
+        report[f"{name}_nvml"] = {**nvml_busy_pids(), "stopped": proc.pid}  # its queued work runs on
         took, trips = drained(threshold)
-        report[f"{name}_nvml"] = nvml_busy_pids()
         os.kill(proc.pid, signal.SIGCONT)
         done = proc.stdout.readline().strip()
         proc.wait()
