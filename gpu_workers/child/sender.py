@@ -62,6 +62,12 @@ class Sender:
         self("want_gpu")
         self._wait_go("for timing")
 
+    def gpu_busy(self, drain: dict[str, Any]) -> None:
+        """The GPU was ours but still busy with other processes' work (``timing.await_idle``): say so
+        and wait for the parent's go, once it has let the GPU go and taken it back."""
+        self("gpu_busy", drain=drain)
+        self._wait_go("after 'gpu_busy'")
+
     def pause(self, phase: str, **payload: Any) -> None:
         """A message sent at a pause point (all GPU work so far synchronised), then wait for the
         parent's go: meanwhile a timing of another evaluation may have the GPU (gpuslot)."""

@@ -50,7 +50,7 @@ READ_SLACK, READ_SLACK_MS = 1.25, 0.002
 # round trip under IDLE_TRIP_MS, IDLE_RUN times in a row, for at most DRAIN_BOUND_S.
 IDLE_TRIP_MS = 0.1
 IDLE_RUN = 8
-DRAIN_BOUND_S = 30.0
+DRAIN_BOUND_S = 5.0
 # A host-bound timing first runs the forward back to back until its host time is steady: on the lent
 # H200 (a virtual machine) a process's first 0.2-0.6 s of host-bound calls ran up to 1.6x slower
 # than the rest of the same process (bench/host_overhead.py --blocks: level3/28 at 2.4 ms, then
@@ -135,7 +135,8 @@ def await_idle(device: torch.device) -> dict[str, Any]:
     between contexts, so an empty kernel's round trip from this context (its launch and a
     synchronise) takes a time slice or more while another context has work, and a few microseconds
     once none has (bench/drain_probe.py): the GPU is idle once ``IDLE_RUN`` round trips in a row
-    are under ``IDLE_TRIP_MS``. Bounded by ``DRAIN_BOUND_S``; the result says what it saw."""
+    are under ``IDLE_TRIP_MS``. Bounded by ``DRAIN_BOUND_S`` (then ``idle`` is False: the caller
+    lets the GPU go rather than time beside a neighbour's work); the result says what it saw."""
     if device.type != "cuda" or _cuda_spin is None:
         return {"drain_s": 0.0, "probes": 0, "idle": None}
     began = _perf_counter()
@@ -196,6 +197,7 @@ def time_callable(
     host_warm_s: float = 0.0,
     on_timed: Callable[[], None] | None = None,
     rooms: dict[int, list[Any]] | None = None,
+    on_busy: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Median time of ``fn(*buffers)`` with the buffers' values rotated between iterations.
 
@@ -243,6 +245,9 @@ def time_callable(
     once every warm-up is over, just before the first timed iteration (the child tells the parent,
     whose wall clock of the timing starts there).
 
+    On CUDA it first waits until other processes' work has left the GPU (``await_idle``); where it
+    does not, ``on_busy`` is called (the parent lets the GPU go and gives it back) and it waits again.
+
     It stops at ``max_iters``, at ``budget_s``, once the times are tight (interquartile spread within
     ``target_spread``), or once the median is known to within ``settle_within`` or, on CUDA, to the
     event timer's resolution (95% confidence; checked every SETTLE_EVERY iterations from
@@ -252,6 +257,17 @@ def time_callable(
     cuda = device.type == "cuda"
     with SpinWaits(device, enabled=spin_waits):
         drain = await_idle(device)  # first: the warm-up and the read's cost are timed too
+        busy = 0
+        while drain["idle"] is False and on_busy is not None:
+            # a stopped neighbour's queued work runs on (a kernel that never ends): never time beside
+            # it; the parent lets the GPU go, so the neighbour's own bounds can end it, and gives it back
+            busy += 1
+            on_busy(drain)
+            again = await_idle(device)
+            drain = {**again, "drain_s": round(drain["drain_s"] + again["drain_s"], 6),
+                     "probes": drain["probes"] + again["probes"],
+                     "slowest_trip_ms": max(drain["slowest_trip_ms"], again["slowest_trip_ms"])}
+        drain["busy"] = busy
     flusher = L2Flusher(device)
     # below this a median cannot be known anyway: CUDA events resolve about half a microsecond
     resolution = EVENT_RESOLUTION_MS if cuda else 0.0

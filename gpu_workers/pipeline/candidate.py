@@ -30,7 +30,7 @@ from .plan import (
     rotations_for,
     timing_options,
 )
-from .reference import Checker, grant_alone
+from .reference import Checker, grant_alone, let_busy_go
 
 
 class Forged(Exception):
@@ -158,12 +158,14 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
         expected = (["prepared", "imported", "built", "ready"] + ["trial"] * request.trials
                     + ["want_gpu", "timing_begin", "timing_end", "timing_read", "timing_outputs", "after", "done"])
         received = 0
+        busy = 0  # "gpu_busy" messages: the timing found the GPU still busy (outside the protocol's order)
         span: TimedSpan | None = None
         # the stretch in progress: the step after which it began, and when it must have ended
         stretch = {"after": "setup", "ends": "prepared", "by": time.monotonic() + bounds["prepared"]}
 
         def went(after: str) -> None:  # the child has its go: a new stretch begins
-            following = expected[received] if received < len(expected) else "done"
+            at = received - busy
+            following = expected[at] if at < len(expected) else "done"
             following = "timing_end" if following == "timing_begin" else following
             stretch.update(after=after, ends=following, by=time.monotonic() + bounds.get(following, bounds["done"]))
 
@@ -212,7 +214,19 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
                         raise Forged(make_finding(rule_set, "sandbox_violation", f"during {where}: "
                                                    + summary.split("Blocked:", 1)[1].strip()), log)
                     raise PhaseFailure("runtime_error", f"the candidate raised during {where}: {summary}", log)
-                want = expected[received - 1] if received <= len(expected) else None
+                at = received - busy
+                want = expected[at - 1] if at <= len(expected) else None
+                if phase == "gpu_busy" and want == "timing_begin":  # between its go and its timing
+                    busy += 1
+                    if message.get("seq") != received:
+                        raise Forged(make_finding(rule_set, "forged_result",
+                                                   f"message {received} had seq {message.get('seq')!r}"),
+                                     child.log_tail())
+                    # waiting for the GPU again is not its time; the stretch to its timing's end goes on
+                    waited = let_busy_go(gpu, child, hardware, timeline, "candidate", trusted=False)
+                    deadline += waited
+                    stretch["by"] += waited
+                    continue
                 if phase != want or message.get("seq") != received:
                     raise Forged(make_finding(rule_set, "forged_result",
                                                f"message {received} was {phase!r} (seq {message.get('seq')!r}); "

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ..build.compile import PhaseFailure, child_env, child_failure, threads_for
+from ..sandbox import gpuactivity, refpool
 from ..sandbox import process as sandbox
-from ..sandbox import refpool
 from ..sandbox.gpuslot import GpuSlot, SlotUse, gpu_slot
 from ..schema import EvalRequest
 from ..settings import EvaluatorSettings
@@ -47,6 +47,27 @@ def grant_alone(gpu: GpuSlot, child: sandbox.Child, timeline: Timeline, role: st
     seconds waited, which the caller adds to the child's deadline (waiting is not the child's time)."""
     waited = gpu.exclusive()
     timeline.mark(f"{role}: gpu alone")
+    child.signal()
+    return waited
+
+
+def let_busy_go(gpu: GpuSlot, child: sandbox.Child, hardware: dict[str, Any], timeline: Timeline, role: str,
+                trusted: bool) -> float:
+    """The child had the GPU alone but its timing found it still running other processes' work,
+    queued before they were stopped (``timing.await_idle``): note whose work it is
+    (``gpuactivity.busy_pids``, this child's own left out), so their parents count that stop as
+    their children's own time and their bounds can end them; let the GPU go, queue again as a timer
+    and say go. A candidate's word that the GPU was busy is only taken with the work named: where
+    NVML cannot name it, only the trusted reference's timing charges the stopped children. Returns
+    the seconds waited."""
+    pids = gpuactivity.busy_pids(hardware)
+    if pids is not None:
+        pids -= set(child.tree())
+    elif not trusted:
+        pids = set()
+    gpu.note_busy(pids)
+    timeline.mark(f"{role}: gpu busy")
+    waited = gpu.shared() + gpu.exclusive()
     child.signal()
     return waited
 
@@ -174,6 +195,8 @@ def _messages(request: EvalRequest, hardware: dict[str, Any], profile: str | Non
         timeline.mark(f"reference: {phase} {message.get('baseline') or ''}".rstrip())
         if phase == "want_gpu":
             deadline += grant_alone(gpu, child, timeline, "reference")
+        elif phase == "gpu_busy":
+            deadline += let_busy_go(gpu, child, hardware, timeline, "reference", trusted=True)
         elif phase == "compiling":  # a baseline's compile: CPU work alone, until "compiled"
             gpu.release("reference: compiling")
             child.signal()

@@ -57,6 +57,7 @@ for a candidate that never reaches its next pause point.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import threading
@@ -64,7 +65,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from ..build.toolchain import cache_root
 from ..settings import current
@@ -82,6 +83,8 @@ class SlotUse:
     pauses: int = 0  # pause points at which a waiting timer was let in
     stops: int = 0  # times a child was stopped mid-stretch to let a waiting timer in (``step_aside``)
     stopped_s: float = 0.0  # ... and the seconds it stayed stopped
+    charged_s: float = 0.0  # stopped seconds counted as the child's own: its queued GPU work ran on (note_busy)
+    busy_notes: int = 0  # times this holder's timing found the GPU still busy and let it go
     exclusive_wait_s: float = 0.0  # of wait_s, waited as a timer (for the holders to drain)
     # Each stretch of a shared hold without a pause point, by the step that ended it: a waiting
     # timer waits for the longest stretch in progress, so these say which steps hold timings back.
@@ -97,14 +100,14 @@ class SlotUse:
         return {"wait_s": round(self.wait_s, 3), "held_s": round(self.held_s, 3),
                 "exclusive_s": round(self.exclusive_s, 3), "acquisitions": self.acquisitions,
                 "exclusive_acquisitions": self.exclusive_acquisitions, "pauses": self.pauses,
-                "stops": self.stops, "stopped_s": round(self.stopped_s, 3),
+                "stops": self.stops, "stopped_s": round(self.stopped_s, 3), "charged_s": round(self.charged_s, 3),
+                "busy_notes": self.busy_notes,
                 "exclusive_wait_s": round(self.exclusive_wait_s, 3),
                 "stretches": {step: list(values) for step, values in self.stretches.items()},
                 "overrun": dict(self.overrun) if self.overrun else None}
 
 
-T = TypeVar("T")
-
+BUSY_KEEP_S = 600.0  # how long a note that a timer found the GPU busy is kept (stops are shorter)
 YIELD_MAX_S = 10.0  # a timer lets waiting work in first for at most this long (a bound, not a wait)
 _YIELD_POLL_S = 0.001
 
@@ -138,6 +141,7 @@ class GpuSlot:
         self.use = use if use is not None else SlotUse()
         self._lock = self._turnstile = self._want = self._waiting = self._yield = -1
         self._seats: list[int] = []
+        self._name = ""
         self._seat = -1  # the seat descriptor held while shared, when seats are capped
         self._mode = 0  # 0: none, LOCK_SH or LOCK_EX
         self._since = 0.0
@@ -145,7 +149,7 @@ class GpuSlot:
         if self.active:
             folder = cache_root() / "locks"
             folder.mkdir(parents=True, exist_ok=True)
-            name = slot_name(hardware)
+            name = self._name = slot_name(hardware)
             self._lock = os.open(folder / f"gpu-{name}.lock", os.O_CREAT | os.O_RDWR, 0o600)
             self._turnstile = os.open(folder / f"gpu-{name}.turnstile", os.O_CREAT | os.O_RDWR, 0o600)
             self._want = os.open(folder / f"gpu-{name}.want", os.O_CREAT | os.O_RDWR, 0o600)
@@ -251,12 +255,15 @@ class GpuSlot:
         self.use.exclusive_acquisitions += 1
         return self._take(fcntl.LOCK_EX)
 
-    def step_aside(self, stop: Callable[[], T], resume: Callable[[T], None]) -> float:
+    def step_aside(self, stop: Callable[[], list[int]], resume: Callable[[list[int]], None]) -> float:
         """Mid-stretch, the holder's child still at work: if a timer waits, ``stop()`` the child (its
-        processes, SIGSTOP), let the GPU go, take it back shared after the timing, then ``resume``
-        it. A timer so waits for no holder's stretch to end. What the child queued on the GPU before
-        it stopped still runs: the timer waits on the device until that has drained
-        (``child.timing.await_idle``). Returns the seconds the child was stopped (0: no timer waited)."""
+        processes, SIGSTOP; it returns their ids), let the GPU go, take it back shared after the
+        timing, then ``resume`` them. A timer so waits for no holder's stretch to end. What the
+        child queued on the GPU before it stopped still runs: the timer waits on the device until
+        that has drained (``child.timing.await_idle``), and if it does not drain, the timer lets
+        the GPU go (``note_busy``). Returns the seconds the child was stopped that are not its own
+        (0: no timer waited): all of them, unless a timer found the GPU busy meanwhile with this
+        child's work (or with work nobody could name), for then the stop did not stop it."""
         if not self.active or self._mode != fcntl.LOCK_SH or not self.timer_waiting():
             return 0.0
         began = time.monotonic()
@@ -268,8 +275,48 @@ class GpuSlot:
         finally:
             resume(held)
         stopped = time.monotonic() - began
+        if self._busy_with(held, began):
+            self.use.charged_s += stopped
+            return 0.0
         self.use.stopped_s += stopped
         return stopped
+
+    def note_busy(self, pids: set[int] | None) -> None:
+        """A timer found the GPU still at work after the holders had stopped (``await_idle`` ran past
+        its bound): keep when, and whose work it was (``gpuactivity.busy_pids``; None: unknown), so
+        the stopped holders' parents count the stop against their child where it was theirs."""
+        if not self.active:
+            return
+        with self._busy_file() as events:
+            now = time.monotonic()
+            events[:] = [e for e in events if now - float(e["at"]) < BUSY_KEEP_S]
+            events.append({"at": now, "pids": sorted(pids) if pids is not None else None})
+        self.use.busy_notes += 1
+
+    def _busy_with(self, pids: list[int], since: float) -> bool:
+        with self._busy_file() as events:
+            return any(float(e["at"]) >= since and (e["pids"] is None or set(e["pids"]) & set(pids))
+                       for e in events)
+
+    @contextmanager
+    def _busy_file(self) -> Iterator[list[dict[str, Any]]]:
+        path = cache_root() / "locks" / f"gpu-{self._name}.busy"
+        handle = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            raw = os.pread(handle, 1 << 20, 0)
+            try:
+                events = json.loads(raw) if raw else []
+            except ValueError:
+                events = []
+            before = list(events)
+            yield events
+            if events != before:
+                data = json.dumps(events).encode()
+                os.ftruncate(handle, 0)
+                os.pwrite(handle, data, 0)
+        finally:
+            os.close(handle)
 
     @property
     def holding_shared(self) -> bool:

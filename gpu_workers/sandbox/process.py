@@ -147,7 +147,8 @@ class Child:
     # The GPU slot this child works under while the parent waits for its messages: held shared, the
     # child is stopped whenever a timer waits (``yield_to_timers``), and the waiting polls for that.
     gpu_slot: GpuSlot | None = None
-    stopped_s: float = 0.0  # seconds it has been kept stopped for other evaluations' timings
+    # seconds it was kept stopped for other evaluations' timings, not its own (GpuSlot.step_aside)
+    stopped_s: float = 0.0
     _extension: float = 0.0  # of that, what the message being received has waited
     _buffer: bytearray = field(default_factory=bytearray)
     _eof: bool = False
@@ -288,12 +289,13 @@ class Child:
     def yield_to_timers(self) -> float:
         """Mid-stretch under a shared GPU slot: if a timer waits, the child's whole tree is stopped,
         the GPU let go, and the child goes on once its slot is shared again (``GpuSlot.step_aside``).
-        Returns the seconds it was stopped (0 when no timer waited)."""
+        Returns the seconds it was stopped that are not its own time (0 when no timer waited)."""
         if self.gpu_slot is None:
             return 0.0
         return self.gpu_slot.step_aside(self.stop_tree, self.continue_tree)
 
-    def _tree(self) -> set[int]:
+    def tree(self) -> set[int]:
+        """The child and every process below its keeper (or below it, without one)."""
         keeper_pid = getattr(self.proc, "keeper", None)
         return {self.proc.pid} | keeper.descendants(keeper_pid if keeper_pid is not None else self.proc.pid)
 
@@ -307,7 +309,7 @@ class Child:
             return []
         stopped: list[int] = []
         for _ in range(8):
-            new = [pid for pid in sorted(self._tree() - set(stopped)) if keeper.running(pid)]
+            new = [pid for pid in sorted(self.tree() - set(stopped)) if keeper.running(pid)]
             if not new:
                 break
             for pid in new:

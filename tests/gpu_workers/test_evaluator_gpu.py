@@ -82,3 +82,8 @@ def test_a_crashing_and_a_hanging_kernel_do_not_touch_their_neighbours():
     assert statuses == ["passed", "runtime_error", "passed", "timeout", "passed"], [
         (r.status, r.message[:300], r.run_log[-800:]) for r in results]
     assert "illegal" in (results[1].message + results[1].run_log).lower()
+    # and no honest neighbour timed beside the hung kernel: each timing saw the GPU drain first
+    # (a timing that found it busy let the GPU go until the hung kernel's own bound ended it)
+    for honest in (results[0], results[2], results[4]):
+        drain = honest.timing_stats["kernel"]["drain"]
+        assert drain["idle"] is True, drain

@@ -383,3 +383,30 @@ def test_a_holder_mid_stretch_is_stopped_for_a_waiting_timer_and_goes_on_after_i
     assert log == ["stop", ("timer", "in"), ("timer", "out"), "resume"]
     assert use.stops == 1 and use.stopped_s > 0
     assert use.stretches.get("stopped") and use.acquisitions == 1
+
+
+@pytest.mark.parametrize(("busy", "charged"), [([4242], True), ([77], False), (None, True)])
+def test_a_stop_during_which_a_timer_found_the_childs_work_still_running_is_the_childs_own_time(busy, charged):
+    """A timer that found the GPU busy after the holders stopped notes whose work it was; a stopped
+    holder whose processes are named (or when nobody could be named) gets no excuse for that stop."""
+    use = SlotUse()
+    timer_in, noted = threading.Event(), threading.Event()
+
+    def timer():
+        with gpu_slot(H200_A, mode="exclusive") as alone:
+            timer_in.set()
+            alone.note_busy(set(busy) if busy is not None else None)
+            noted.set()
+
+    with gpu_slot(H200_A, use) as slot:
+        thread = threading.Thread(target=timer)
+        thread.start()
+        _timer_first_in_line(H200_A)
+        excused = slot.step_aside(lambda: [4242, 4243], lambda _held: None)
+        thread.join()
+    assert timer_in.is_set() and noted.is_set()
+    assert use.stops == 1
+    if charged:
+        assert excused == 0.0 and use.charged_s > 0 and use.stopped_s == 0.0
+    else:
+        assert excused > 0 and use.stopped_s == excused and use.charged_s == 0.0
