@@ -36,7 +36,8 @@ from ..settings import current
 # under the candidate's CPU heap policy (runtime.prepare_torch), after the host is warmed until its
 # time is steady (timing.HOST_WARM_MIN_S), the parent's wall clock starting after the warm-up, CPU
 # children without glibc's per-thread cache (build.compile.CPU_HEAP_TUNABLES), on CUDA once other
-# processes' work has drained from the GPU (timing.await_idle): "11".
+# processes' work has drained from the GPU (timing.await_idle) and stopped once settled from 30 main
+# iterations on (timing.CUDA_MIN_TIMED): "11".
 # Kept baselines are keyed on it, so a baseline kept the old way is never set against a candidate
 # timed the new way.
 TIMING_METHOD = "11"

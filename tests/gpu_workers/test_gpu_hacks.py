@@ -93,8 +93,14 @@ def test_side_stream_work_is_inside_the_measurement(kernel, cuda_results):
         f"{kernel}: {result.timings_ms['kernel']:.4f} ms vs honest {honest.timings_ms['kernel']:.4f} ms"
     )
     assert result.speedup["eager"] <= 1.5 * honest.speedup["eager"], _describe(result)
-    # the reward took the end-to-end time, and a person is told why
-    assert result.timing_stats["kernel"]["timed"] == "end to end", result.timing_stats["kernel"]
+    # the reward took the end-to-end time, and a person is told why; unless the forward's own host
+    # time already covered its end-to-end time (seen once on the H100: 0.256 ms of host time a call),
+    # where the reward took that, and nothing was unseen
+    stats = result.timing_stats["kernel"]
+    if stats["timed"] == "host":
+        assert stats["host_median_ms"] >= stats["net_median_ms"], stats
+        return
+    assert stats["timed"] == "end to end", stats
     assert any(f.rule == "unseen_work" and f.severity == "review" for f in result.findings), _describe(result)
 
 
