@@ -32,6 +32,8 @@ import time
 
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
 _WORKER = r"""
 import sys, time, torch
 mode, n = sys.argv[1], int(sys.argv[2])
@@ -72,7 +74,8 @@ def probe(n: int) -> list[float]:
 
 def stats(values: list[float]) -> dict[str, float]:
     ordered = sorted(values)
-    return {"median_us": round(statistics.median(ordered), 1), "p90_us": round(ordered[int(0.9 * (len(ordered) - 1))], 1),
+    return {"median_us": round(statistics.median(ordered), 1),
+            "p90_us": round(ordered[int(0.9 * (len(ordered) - 1))], 1),
             "max_us": round(ordered[-1], 1), "n": len(ordered)}
 
 
@@ -92,29 +95,12 @@ def drained(threshold_us: float, run: int = 8, bound_s: float = 30.0) -> tuple[f
     return time.perf_counter() - start, seen
 
 
-def nvml_busy_pids() -> object:
-    """Which processes NVML saw using the GPU's SMs lately (nvmlDeviceGetProcessUtilization): can a
-    parent without CUDA tell whose queued work holds a timer back?"""
-    import ctypes
+def nvml_busy_pids() -> dict[str, object]:
+    """Which processes NVML saw on the GPU's SMs in the last second (``gpuactivity``, as a parent
+    without CUDA asks): can it tell whose queued work holds a timer back?"""
+    from gpu_workers.sandbox import gpuactivity
 
-    try:
-        nvml = ctypes.CDLL("libnvidia-ml.so.1")
-        assert nvml.nvmlInit_v2() == 0
-        handle = ctypes.c_void_p()
-        assert nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) == 0
-
-        class Sample(ctypes.Structure):
-            _fields_ = [("pid", ctypes.c_uint), ("timeStamp", ctypes.c_ulonglong), ("smUtil", ctypes.c_uint),
-                        ("memUtil", ctypes.c_uint), ("encUtil", ctypes.c_uint), ("decUtil", ctypes.c_uint)]
-
-        count = ctypes.c_uint(0)
-        code = nvml.nvmlDeviceGetProcessUtilization(handle, None, ctypes.byref(count), ctypes.c_ulonglong(0))
-        samples = (Sample * max(count.value, 1))()
-        code = nvml.nvmlDeviceGetProcessUtilization(handle, samples, ctypes.byref(count), ctypes.c_ulonglong(0))
-        return {"code": code, "samples": [(s.pid, s.smUtil, s.timeStamp) for s in samples[: count.value]],
-                "me": os.getpid()}
-    except Exception as exc:  # noqa: BLE001 - a probe: report what happened
-        return {"error": repr(exc)}
+    return {"samples": gpuactivity.process_samples({"gpu": {}}), "me": os.getpid()}
 
 
 def main() -> None:
@@ -151,7 +137,8 @@ def main() -> None:
         os.kill(proc.pid, signal.SIGCONT)
         done = proc.stdout.readline().strip()
         proc.wait()
-        report[name] = {"queued_work_s": round(work_s, 4), "queueing_s": round(float(queueing), 4), "drain_seen_s": round(took, 4),
+        report[name] = {"queued_work_s": round(work_s, 4), "queueing_s": round(float(queueing), 4),
+                        "drain_seen_s": round(took, 4),
                         "after_stop_s": round(time.perf_counter() - t0, 4),
                         "trips_first": [round(x, 1) for x in trips[:10]], "trips": stats(trips),
                         "worker_finished": done == "done"}

@@ -205,7 +205,8 @@ def summarize(rows: list[dict[str, Any]], wall_s: float | None, evaluated: int) 
         drains = [d for r in rows for d in (r.get("drain_s") or {}).values() if d is not None]
         stops = [r.get("gpu_stops") or 0 for r in rows]
         if drains:
-            lines.append(f"timings' wait for other processes' work to drain (s): median {statistics.median(drains):.4f}, "
+            lines.append("timings' wait for other processes' work to drain (s): "
+                         f"median {statistics.median(drains):.4f}, "
                          f"p90 {_quantile(drains, 0.9):.4f}, max {max(drains):.3f}; children stopped for timers: "
                          f"{sum(stops)} times, {statistics.median([r.get('gpu_stopped_s') or 0 for r in rows]):.2f} "
                          "s per evaluation (median)")

@@ -62,7 +62,7 @@ def let_busy_go(gpu: GpuSlot, child: sandbox.Child, hardware: dict[str, Any], ti
     the seconds waited."""
     pids = gpuactivity.busy_pids(hardware)
     if pids is not None:
-        pids -= set(child.tree())
+        pids -= child.tree()
     elif not trusted:
         pids = set()
     gpu.note_busy(pids)

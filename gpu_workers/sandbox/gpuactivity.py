@@ -51,9 +51,9 @@ def _handle(nvml: Any, hardware: dict[str, Any]) -> ctypes.c_void_p | None:
     return None
 
 
-def busy_pids(hardware: dict[str, Any], window_s: float = 1.0) -> set[int] | None:
-    """Processes of this machine that NVML saw running work on the GPU's SMs within the last
-    ``window_s`` seconds; None where that cannot be known."""
+def process_samples(hardware: dict[str, Any], window_s: float = 1.0) -> list[tuple[int, int]] | None:
+    """(pid, SM utilisation %) of each process NVML sampled on the GPU within the last ``window_s``
+    seconds; None where NVML cannot say."""
     nvml = _library()
     if nvml is None:
         return None
@@ -65,13 +65,22 @@ def busy_pids(hardware: dict[str, Any], window_s: float = 1.0) -> set[int] | Non
         count = ctypes.c_uint(0)
         nvml.nvmlDeviceGetProcessUtilization(handle, None, ctypes.byref(count), since)
         if count.value == 0:
-            return set()
+            return []
         samples = (_Sample * count.value)()
         if nvml.nvmlDeviceGetProcessUtilization(handle, samples, ctypes.byref(count), since) != 0:
             return None
     except (OSError, AttributeError, ValueError):
         return None
-    pids = {int(s.pid) for s in samples[: count.value] if s.smUtil > 0}
+    return [(int(s.pid), int(s.smUtil)) for s in samples[: count.value]]
+
+
+def busy_pids(hardware: dict[str, Any], window_s: float = 1.0) -> set[int] | None:
+    """Processes of this machine that NVML saw running work on the GPU's SMs within the last
+    ``window_s`` seconds; None where that cannot be known."""
+    samples = process_samples(hardware, window_s)
+    if samples is None:
+        return None
+    pids = {pid for pid, sm in samples if sm > 0}
     if pids and not any(os.path.exists(f"/proc/{pid}") for pid in pids):
         return None  # NVML's process ids are another namespace's
     return pids

@@ -41,17 +41,21 @@ timer waited for the longest in progress: 2-4 s per timing, three timings an eva
 after another, which held 16 workers to about 5 KernelBench evaluations a minute. What a stopped
 child queued on the GPU before the stop still runs, so on CUDA a timing first waits on the device
 until the GPU has drained (``child.timing.await_idle``); pause points remain where the child's
-work is synchronised anyway, and the holder steps aside there without stopping anything. The locks are ``flock``s on files named after the GPU's UUID,
-so they hold across threads (each acquisition opens its own descriptors), across worker processes
-(several Celery workers on one node) and across Ray actors that see the same GPU under different
-indices. A child is spawned first and receives its setup only once its evaluation holds the lock, so
-no task or candidate code touches the GPU outside it.
+work is synchronised anyway, and the holder steps aside there without stopping anything.
+
+The locks are ``flock``s on files named after the GPU's UUID, so they hold across threads (each
+acquisition opens its own descriptors), across worker processes (several Celery workers on one node)
+and across Ray actors that see the same GPU under different indices. A child is spawned first and
+receives its setup only once its evaluation holds the lock, so no task or candidate code touches the
+GPU outside it.
 
 No stretch may hold the GPU for long: each stretch of a candidate between pause points, and its
 timing, has a bound (``hold_bound``: the reference's own time for the same work times
-``HOLD_FACTOR``, never less than the settings' ``gpu_hold_floor_s``); past it the parent kills the child (the
-evaluation's status is ``timeout``) and lets the GPU go, so a waiting timer waits at most that long
-for a candidate that never reaches its next pause point.
+``HOLD_FACTOR``, never less than the settings' ``gpu_hold_floor_s``); past it the parent kills the
+child (the evaluation's status is ``timeout``) and lets the GPU go. A stopped child's stretch does
+not run on while it stands still, unless a timer found its queued GPU work still running
+(``note_busy``): so a kernel that never returns is ended by that bound, and a waiting timer waits at
+most that long for it.
 """
 
 from __future__ import annotations
@@ -83,7 +87,8 @@ class SlotUse:
     pauses: int = 0  # pause points at which a waiting timer was let in
     stops: int = 0  # times a child was stopped mid-stretch to let a waiting timer in (``step_aside``)
     stopped_s: float = 0.0  # ... and the seconds it stayed stopped
-    charged_s: float = 0.0  # stopped seconds counted as the child's own: its queued GPU work ran on (note_busy)
+    # stopped seconds counted as the child's own: its queued GPU work ran on (note_busy)
+    charged_s: float = 0.0
     busy_notes: int = 0  # times this holder's timing found the GPU still busy and let it go
     exclusive_wait_s: float = 0.0  # of wait_s, waited as a timer (for the holders to drain)
     # Each stretch of a shared hold without a pause point, by the step that ended it: a waiting
@@ -100,8 +105,8 @@ class SlotUse:
         return {"wait_s": round(self.wait_s, 3), "held_s": round(self.held_s, 3),
                 "exclusive_s": round(self.exclusive_s, 3), "acquisitions": self.acquisitions,
                 "exclusive_acquisitions": self.exclusive_acquisitions, "pauses": self.pauses,
-                "stops": self.stops, "stopped_s": round(self.stopped_s, 3), "charged_s": round(self.charged_s, 3),
-                "busy_notes": self.busy_notes,
+                "stops": self.stops, "stopped_s": round(self.stopped_s, 3),
+                "charged_s": round(self.charged_s, 3), "busy_notes": self.busy_notes,
                 "exclusive_wait_s": round(self.exclusive_wait_s, 3),
                 "stretches": {step: list(values) for step, values in self.stretches.items()},
                 "overrun": dict(self.overrun) if self.overrun else None}
