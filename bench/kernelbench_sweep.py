@@ -56,7 +56,7 @@ def _short(message: str, keep: int = 900) -> str:
 
 
 _WALL_KEYS = ("median_ms", "gpu_median_ms", "host_median_ms", "e2e_median_ms", "round_trip_ms", "iterations",
-              "e2e_iterations", "total_ms", "spin_cycles", "read_ms")
+              "e2e_iterations", "total_ms", "e2e_total_ms", "spin_total_ms", "span_ms", "spin_cycles", "read_ms")
 
 
 def row_for(key: str, repeat: int, result: Any, wall_s: float) -> dict[str, Any]:
@@ -87,8 +87,11 @@ def row_for(key: str, repeat: int, result: Any, wall_s: float) -> dict[str, Any]
         "run_to_run": stats.get("run_to_run"),
         # what the parent's wall clock saw of each timing against what the child reported (timer_mismatch)
         "wall_check": {"kernel": {"wall_ms": stats.get("wall_ms"), "descheduled_ms": stats.get("descheduled_ms"),
+                                  "wall": stats.get("wall"),
                                   **{k: kernel.get(k) for k in _WALL_KEYS}},
                        **{n: {"wall_ms": (stats.get(n) or {}).get("wall_ms"),
+                              "descheduled_ms": (stats.get(n) or {}).get("descheduled_ms"),
+                              "wall": (stats.get(n) or {}).get("wall"),
                               "overhead_ms_per_iter": (stats.get(n) or {}).get("overhead_ms_per_iter"),
                               **{k: (stats.get(n) or {}).get(k) for k in _WALL_KEYS}} for n in ("eager", "compile")}},
         "retries": stats.get("retries"),

@@ -48,6 +48,7 @@ class Evidence:
     blocked: list[str] = field(default_factory=list)
     timing_wall_ms: float | None = None
     timing_descheduled_ms: float | None = None  # of that wall time, the timing thread waiting for a CPU
+    timing_span: dict[str, Any] = field(default_factory=dict)  # how the parent read it (accounting.TimedSpan)
     watch: dict[str, Any] = field(default_factory=dict)  # child/watch.py's report (strict track)
     objects: dict[str, Any] = field(default_factory=dict)  # executable mappings before/after, writable roots
     # Processes of the candidate's tree (besides the child) found running at a message: (step, pids),
@@ -272,26 +273,66 @@ def device_time_finding(rule_set: dict[str, Any], stats: dict[str, Any],
     return None
 
 
+def explained_ms(stats: dict[str, Any]) -> float:
+    """What of a timing's wall clock the forward's own reported times account for: every timed
+    window (``total_ms``), the end-to-end iterations' forwards and the spins queued before the
+    windows (CUDA). What is left, per timed iteration, is the loop's own cost."""
+    return float(stats.get("total_ms") or 0.0) + float(stats.get("e2e_total_ms") or 0.0) \
+        + float(stats.get("spin_total_ms") or 0.0)
+
+
+def loop_cost_ms(wall_ms: float | None, descheduled_ms: float | None, stats: dict[str, Any]) -> float | None:
+    """The timing loop's own cost per timed iteration (copying the inputs in, the L2 flush, the
+    synchronise, keeping and fingerprinting the output, the empty round trips): the parent's wall
+    clock over the loop, less what the host's load added (the timing thread waiting for a CPU) and
+    what the reported times explain. Measured on a trusted baseline, whose loop does the same
+    judge's work around the same shapes; ``timer_finding`` sets it against a candidate's."""
+    if not wall_ms or not stats.get("iterations"):
+        return None
+    return (wall_ms - (descheduled_ms or 0.0) - explained_ms(stats)) / stats["iterations"]
+
+
 def timer_finding(rule_set: dict[str, Any], *, wall_ms: float | None, stats: dict[str, Any],
                   overhead_ms_per_iter: float | None, descheduled_ms: float | None = None) -> Finding | None:
-    """The wall clock the parent held must be explained by the times the child reported.
+    """The parent's wall clock over a candidate's timing must be explained by the times it reported.
 
-    Per iteration, the parent's wall time minus the loop's own overhead (measured on the trusted
-    baseline, same loop) must not dwarf the reported kernel time: a forged or blind timer reports
-    far less than the time that really passed. The time the child's timing thread spent waiting for
-    a CPU (``descheduled_ms``, read by the parent from the scheduler) passed on the host's account,
-    not the GPU's: it is left out. Waiting on the GPU, by spinning or sleeping, is never in it.
+    Every timer whose figure becomes the reward lives in the candidate's process, where a native
+    patch (of ``cudaEventElapsedTime``, of ``clock_gettime``, of the interpreter's own clock) can make
+    it report less than passed; the parent's clock is out of its reach. First, the child's own clock
+    over the span the parent timed (``span_ms``) must agree with the parent's (within ``clock_slack``
+    and ``clock_floor_ms``: the messages' latency, the parent's own turn for a CPU). Then, the wall clock over the loop
+    is the loop's own cost per iteration (``overhead_ms_per_iter``: ``loop_cost_ms`` of the trusted
+    baseline's timing, the same loop around the same shapes) times the iterations, plus what the
+    reported times explain (``explained_ms``), plus what the host's load added (``descheduled_ms``,
+    the timing thread runnable but not running, read by the parent from the scheduler: a busy host,
+    never a wait on the GPU, which spins or sleeps running). Whatever is left over beyond
+    ``timer_slack`` of the reported times and ``timer_loop_slack`` of the loop's cost (its noise
+    from one timing to the next; every iteration also gets ``timer_floor_ms``) is time the reported
+    figures hide: the reward withholds its speed (``withhold_speed``) until a person clears it, so a
+    forged timer gains at most that slack. Sums, not medians, on both sides: the wall clock is one.
     """
-    if wall_ms is None or overhead_ms_per_iter is None or not stats.get("iterations"):
+    if wall_ms is None or not stats.get("iterations"):
         return None
-    per_iter_wall = max(wall_ms - (descheduled_ms or 0.0), 0.0) / stats["iterations"]
-    unexplained = per_iter_wall - max(overhead_ms_per_iter, 0.0)
-    reported = float(stats["median_ms"])
-    slack = float(rule_set["thresholds"]["timer_slack"])
-    if unexplained > slack * reported + 1.0:
+    thresholds = rule_set["thresholds"]
+    span = stats.get("span_ms")
+    if span is not None and float(span) < (1.0 - float(thresholds["clock_slack"])) * wall_ms \
+            - float(thresholds["clock_floor_ms"]):
+        # the child's own clock over the span the parent timed ran slow: every time it reported is suspect
         return make_finding(rule_set, "timer_mismatch",
-                            f"the parent saw {per_iter_wall:.3f} ms of wall-clock time per iteration "
-                            f"({overhead_ms_per_iter:.3f} ms of it the loop's own overhead"
-                            + (f"; {descheduled_ms:.1f} ms waiting for a CPU left out" if descheduled_ms else "")
-                            + f"), but the reported kernel time is {reported:.3f} ms")
+                            f"the child's clock saw {float(span):.1f} ms from the start of its timing to its end, "
+                            f"the parent's {wall_ms:.1f} ms")
+    if overhead_ms_per_iter is None:
+        return None
+    iterations = int(stats["iterations"])
+    explained = explained_ms(stats)
+    loop = max(float(overhead_ms_per_iter), 0.0)
+    unexplained = max(wall_ms - (descheduled_ms or 0.0), 0.0) - iterations * loop - explained
+    allowed = float(thresholds["timer_slack"]) * explained + iterations * (
+        float(thresholds["timer_loop_slack"]) * loop + float(thresholds["timer_floor_ms"]))
+    if unexplained > allowed:
+        return make_finding(rule_set, "timer_mismatch",
+                            f"the parent's wall clock saw {unexplained:.1f} ms more than the reported times "
+                            f"({explained:.1f} ms over {iterations} iterations) and the loop's own cost "
+                            f"({loop:.3f} ms an iteration) explain, beyond the {allowed:.1f} ms allowed"
+                            + (f"; {descheduled_ms:.1f} ms waiting for a CPU left out" if descheduled_ms else ""))
     return None

@@ -22,7 +22,7 @@ from typing import Any
 
 from .schema import Finding
 
-RULE_SET_VERSION = "2026.12.03"
+RULE_SET_VERSION = "2026.12.06"
 
 # Ops that allocate, view or move memory: allowed in ModelNew.forward on the strict track.
 ALLOCATION_AND_VIEW_OPS = (
@@ -58,7 +58,9 @@ DYNAMIC_CHECKS: dict[str, dict[str, Any]] = {
     "timed_output_mismatch": {"family": 4, "why": "outputs during or after timing were wrong"},
     "cached_repeats": {"family": 4, "why": "inputs seen before ran far faster than on first sight"},
     "nondeterministic": {"family": 16, "why": "the same inputs gave different outputs"},
-    "timer_mismatch": {"family": 1, "why": "the reported time does not account for the wall-clock time"},
+    "timer_mismatch": {"family": 24, "why": "the parent's wall clock over the timing is more than the reported times "
+                                           "and the loop's own cost explain (a timer that reports less than "
+                                           "passed); no speed reward"},
     "unseen_work": {"family": 1, "why": "the forward's stream and host time do not account for its end-to-end "
                                         "time (work on a stream it did not join); the reward took the end-to-end time"},
     "impossible_speed": {"family": 17, "why": "faster than the roofline floor"},
@@ -130,7 +132,7 @@ _STRICT_ONLY_STATIC: list[dict[str, Any]] = [
      "message": "catches exceptions (a try/except fallback to PyTorch is a common library-fallback spelling)"},
 ]
 
-WITHHOLD_SPEED = ("precision_downgrade", "thread_budget", "device_time")
+WITHHOLD_SPEED = ("precision_downgrade", "thread_budget", "device_time", "timer_mismatch")
 
 _DEFAULT_THRESHOLDS: dict[str, float] = {
     "extreme_speedup": 10.0,  # review above this speedup vs eager (KernelBench's suspicion line)
@@ -141,7 +143,15 @@ _DEFAULT_THRESHOLDS: dict[str, float] = {
     "repeat_ratio": 10.0,  # reject when repeated inputs run this many times faster than first sight
     "determinism_rtol": 1e-4,
     "determinism_atol": 1e-5,
-    "timer_slack": 10.0,
+    # judge.timer_finding: the wall clock a timing may show beyond what its reported times and the
+    # loop's own cost explain, as a share of the reported times, a share of the loop's cost per
+    # iteration (how much it moves between timings) and a floor per iteration
+    "timer_slack": 0.2,
+    "timer_loop_slack": 0.5,
+    "timer_floor_ms": 0.02,
+    # ... and the child's own clock over the span the parent timed may run this much slower than the parent's
+    "clock_slack": 0.05,
+    "clock_floor_ms": 20.0,
     "degenerate_std": 1e-6,
     "thread_slack": 1.25,  # CPU time over the timed calls' wall time beyond threads x this: thread_budget
     "device_time_factor": 0.8,  # a reported time below this share of the kernels' device time: device_time
@@ -153,8 +163,9 @@ def default_rule_set(track: str = "strict") -> dict[str, Any]:
     if track not in ("strict", "open"):
         raise ValueError(f"unknown track {track!r}")
     dynamic = {name: {"enabled": True, "severity": "reject"} for name in DYNAMIC_CHECKS}
-    # The wall-clock cross-check is noisy on a loaded host; the device-wide sync inside the timed
-    # region is what defeats side streams, so a mismatch sends the kernel to a person.
+    # What rests on a measure an honest kernel can also trip (the wall clock on a loaded host, a
+    # speed no reference reached) sends the kernel to a person; those in withhold_speed keep its
+    # speed reward back until the person clears it.
     for review_only in ("extreme_speedup", "degenerate_task", "timer_mismatch", "unseen_work", "thread_budget",
                         "device_time"):
         dynamic[review_only]["severity"] = "review"

@@ -254,7 +254,7 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
                                           max_iters=int(setup.get("max_iters", 1000)),
                                           warmup_inputs=warmup_inputs, fingerprint=fingerprint,
                                           keep=set(setup.get("keep_rotations", range(len(rotation_inputs)))),
-                                          on_timed=lambda: send("timing_begin"), on_busy=send.gpu_busy,
+                                          on_timed=send.timing_begin, on_busy=send.gpu_busy,
                                           **timing_switches(setup))
     except BaseException as exc:  # noqa: BLE001
         send("error", where="timing", build_error=False, error=describe(exc))

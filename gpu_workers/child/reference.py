@@ -165,7 +165,7 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
                                               budget_s=float(setup["timing_budget_s"]),
                                               max_iters=int(setup.get("max_iters", 1000)),
                                               warmup_inputs=fresh_copy(trial_inputs[0], device),
-                                              on_timed=lambda name=name: send("timing_begin", baseline=name),
+                                              on_timed=lambda name=name: send.timing_begin(baseline=name),
                                               on_busy=send.gpu_busy,
                                               **timing_switches(setup))
             stats.pop("kept_outputs")

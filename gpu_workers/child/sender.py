@@ -68,6 +68,12 @@ class Sender:
         self("gpu_busy", drain=drain)
         self._wait_go("after 'gpu_busy'")
 
+    def timing_begin(self, **payload: Any) -> None:
+        """The timed loop starts now: say so and wait for the parent's go, so that the parent's
+        view of the timing starts where the loop does (``pipeline.accounting.TimedSpan``)."""
+        self("timing_begin", **payload)
+        self._wait_go("to start timing")
+
     def pause(self, phase: str, **payload: Any) -> None:
         """A message sent at a pause point (all GPU work so far synchronised), then wait for the
         parent's go: meanwhile a timing of another evaluation may have the GPU (gpuslot)."""

@@ -161,13 +161,15 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
         busy = 0  # "gpu_busy" messages: the timing found the GPU still busy (outside the protocol's order)
         span: TimedSpan | None = None
         # the stretch in progress: the step after which it began, and when it must have ended
-        stretch = {"after": "setup", "ends": "prepared", "by": time.monotonic() + bounds["prepared"]}
+        stretch = {"after": "setup", "ends": "prepared", "by": time.monotonic() + bounds["prepared"],
+                   "went": time.monotonic()}
 
         def went(after: str) -> None:  # the child has its go: a new stretch begins
             at = received - busy
             following = expected[at] if at < len(expected) else "done"
             following = "timing_end" if following == "timing_begin" else following
-            stretch.update(after=after, ends=following, by=time.monotonic() + bounds.get(following, bounds["done"]))
+            stretch.update(after=after, ends=following, by=time.monotonic() + bounds.get(following, bounds["done"]),
+                           went=time.monotonic())
 
         try:
             while True:
@@ -222,8 +224,11 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
                         raise Forged(make_finding(rule_set, "forged_result",
                                                    f"message {received} had seq {message.get('seq')!r}"),
                                      child.log_tail())
-                    # waiting for the GPU again is not its time; the stretch to its timing's end goes on
-                    waited = let_busy_go(gpu, child, hardware, timeline, "candidate", trusted=False)
+                    # waiting for the GPU again is not its time, nor the drain a neighbour's work caused;
+                    # the stretch to its timing's end goes on
+                    waited = let_busy_go(gpu, child, hardware, timeline, "candidate", trusted=False,
+                                         since=stretch["went"])
+                    stretch["went"] = time.monotonic()
                     deadline += waited
                     stretch["by"] += waited
                     continue
@@ -245,10 +250,12 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
                     deadline += grant_alone(gpu, child, timeline, "candidate")
                     went(phase)
                 elif phase == "timing_begin":
-                    span = TimedSpan(child)
+                    span = TimedSpan(child)  # while the child waits for this go
+                    child.signal()
                 elif phase == "timing_end":
                     if span is not None:
                         evidence.timing_wall_ms, evidence.timing_descheduled_ms = span.end()
+                        evidence.timing_span = span.detail
                     deadline += gpu.shared()  # the child's next GPU work waits for this (a pause point)
                     evidence.timing = message["stats"]
                 elif phase == "timing_read":  # the kept outputs are on the child's host: CPU work alone

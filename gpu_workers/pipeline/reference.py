@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import judge
 from ..build.compile import PhaseFailure, child_env, child_failure, threads_for
 from ..sandbox import gpuactivity, refpool
 from ..sandbox import process as sandbox
@@ -52,14 +53,17 @@ def grant_alone(gpu: GpuSlot, child: sandbox.Child, timeline: Timeline, role: st
 
 
 def let_busy_go(gpu: GpuSlot, child: sandbox.Child, hardware: dict[str, Any], timeline: Timeline, role: str,
-                trusted: bool) -> float:
-    """The child had the GPU alone but its timing found it still running other processes' work,
-    queued before they were stopped (``timing.await_idle``): note whose work it is
-    (``gpuactivity.busy_pids``, this child's own left out), so their parents count that stop as
-    their children's own time and their bounds can end them; let the GPU go, queue again as a timer
-    and say go. A candidate's word that the GPU was busy is only taken with the work named: where
-    NVML cannot name it, only the trusted reference's timing charges the stopped children. Returns
-    the seconds waited."""
+                trusted: bool, since: float) -> float:
+    """The child had the GPU alone since ``since`` (the monotonic time of its go) but its timing
+    found it still running other processes' work, queued before they were stopped
+    (``timing.await_idle``): note whose work it is (``gpuactivity.busy_pids``, this child's own left
+    out), so their parents count that stop as their children's own time and their bounds can end
+    them; let the GPU go, queue again as a timer and say go. A candidate's word that the GPU was busy
+    is only taken with the work named: where NVML cannot name it, only the trusted reference's timing
+    charges the stopped children. Returns the seconds to add to the child's bounds: the wait for the
+    GPU again, and where the work was named (or the child is trusted), the time its timing spent
+    waiting for the GPU to drain, which was the neighbour's doing; an unnamed claim's drain stays the
+    candidate's own time."""
     pids = gpuactivity.busy_pids(hardware)
     if pids is not None:
         pids -= child.tree()
@@ -67,9 +71,10 @@ def let_busy_go(gpu: GpuSlot, child: sandbox.Child, hardware: dict[str, Any], ti
         pids = set()
     gpu.note_busy(pids)
     timeline.mark(f"{role}: gpu busy")
+    drained = max(time.monotonic() - since, 0.0) if (trusted or pids) else 0.0
     waited = gpu.shared() + gpu.exclusive()
     child.signal()
-    return waited
+    return drained + waited
 
 
 def run_reference(request: EvalRequest, hardware: dict[str, Any], profile: str | None, sizing: dict[str, Any],
@@ -187,6 +192,7 @@ def _messages(request: EvalRequest, hardware: dict[str, Any], profile: str | Non
         reference["flops"] = 0
     baselines = dict(cached)
     span: TimedSpan | None = None
+    went_alone = time.monotonic()  # when the child last had its go to time alone
     while True:
         stopped = child.stopped_s
         message = child.recv(deadline + request.run_timeout_s * len(wanted))
@@ -195,8 +201,10 @@ def _messages(request: EvalRequest, hardware: dict[str, Any], profile: str | Non
         timeline.mark(f"reference: {phase} {message.get('baseline') or ''}".rstrip())
         if phase == "want_gpu":
             deadline += grant_alone(gpu, child, timeline, "reference")
+            went_alone = time.monotonic()
         elif phase == "gpu_busy":
-            deadline += let_busy_go(gpu, child, hardware, timeline, "reference", trusted=True)
+            deadline += let_busy_go(gpu, child, hardware, timeline, "reference", trusted=True, since=went_alone)
+            went_alone = time.monotonic()
         elif phase == "compiling":  # a baseline's compile: CPU work alone, until "compiled"
             gpu.release("reference: compiling")
             child.signal()
@@ -204,15 +212,16 @@ def _messages(request: EvalRequest, hardware: dict[str, Any], profile: str | Non
             deadline += gpu.shared()  # before the compiled code first runs
             child.signal()
         elif phase == "timing_begin":
-            span = TimedSpan(child)
+            span = TimedSpan(child)  # while the child waits for this go
+            child.signal()
         elif phase == "timing_end":
             wall, waited = span.end() if span is not None else (None, None)
             deadline += gpu.shared()  # the child waits for this before its next GPU work
             child.signal()
             stats = message["stats"]
-            # the loop's own cost per iteration, less what the host's load added meanwhile
-            overhead = ((wall - (waited or 0.0) - stats["total_ms"]) / stats["iterations"]) if wall else None
-            entry = {"stats": stats, "wall_ms": wall, "descheduled_ms": waited, "overhead_ms_per_iter": overhead}
+            overhead = judge.loop_cost_ms(wall, waited, stats)
+            entry = {"stats": stats, "wall_ms": wall, "descheduled_ms": waited, "overhead_ms_per_iter": overhead,
+                     "span": span.detail if span is not None else None}
             path = task_fact_path(request, hardware, profile, message["baseline"])
             baselines[message["baseline"]] = taskfacts.keep_baseline(path, entry, spread_path(request, hardware))
         elif phase == "baseline_failed":

@@ -31,7 +31,8 @@ def _baseline_stats(entry: dict[str, Any]) -> dict[str, Any]:
         return {"error": entry.get("error")}
     return {**entry["stats"], "samples_ms": entry.get("samples_ms"), "samples_spread": entry.get("samples_spread"),
             # the parent's wall clock over the loop and the loop's own cost per iteration (judge.timer_finding)
-            "wall_ms": entry.get("wall_ms"), "overhead_ms_per_iter": entry.get("overhead_ms_per_iter")}
+            "wall_ms": entry.get("wall_ms"), "descheduled_ms": entry.get("descheduled_ms"), "wall": entry.get("span"),
+            "overhead_ms_per_iter": entry.get("overhead_ms_per_iter")}
 
 
 def _speedup_intervals(request: EvalRequest, timing: dict[str, Any], baselines: dict[str, Any],
@@ -207,7 +208,8 @@ def judge_evidence(request: EvalRequest, rule_set: dict[str, Any], hardware: dic
                       "speedup_interval": _speedup_intervals(request, timing, baselines,
                                                              reference.get("run_to_run") or {}),
                       "run_to_run": reference.get("run_to_run") or {},
-                      "wall_ms": evidence.timing_wall_ms, "descheduled_ms": evidence.timing_descheduled_ms},
+                      "wall_ms": evidence.timing_wall_ms, "descheduled_ms": evidence.timing_descheduled_ms,
+                      "wall": evidence.timing_span},
     )
     return result, findings
 

@@ -114,6 +114,21 @@ def run_delay_seconds(pid: int) -> float | None:
         return None
 
 
+def thread_clock(pid: int) -> tuple[float, float, int] | None:
+    """A process's main thread as the kernel accounts it: seconds on a CPU, seconds runnable but
+    waiting for one (``schedstat``), and how many times it gave its CPU up by blocking
+    (``voluntary_ctxt_switches``); None without /proc. While the thread never blocks, the first two
+    together are exactly the wall-clock time that passed, whenever they are read."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/schedstat", encoding="ascii") as handle:
+            on_cpu, waiting = (int(v) / 1e9 for v in handle.read().split()[:2])
+        with open(f"/proc/{pid}/task/{pid}/status", encoding="ascii") as handle:
+            blocked = next(int(line.split()[1]) for line in handle if line.startswith("voluntary_ctxt_switches"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return on_cpu, waiting, blocked
+
+
 def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {key: os.environ[key] for key in _ENV_KEEP if key in os.environ}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")

@@ -24,15 +24,17 @@ pytestmark = [
 
 CUDA = Path(__file__).resolve().parent / "hacks" / "cuda"
 TASK = CUDA / "scale_relu_16m.py"
-KERNELS = ("honest", "side_stream", "side_stream_python", "reused_memory", "lazy_output", "cache_data_ptr")
+KERNELS = ("honest", "side_stream", "side_stream_python", "reused_memory", "lazy_output", "cache_data_ptr",
+           "event_timer_patch")
+OPEN_TRACK = ("event_timer_patch",)  # also evaluated on the open track (no CUPTI watch there): NAME_open
 
 
-def _request(kernel: str) -> EvalRequest:
+def _request(kernel: str, track: str = "strict") -> EvalRequest:
     return EvalRequest(
         task_source=TASK.read_text(),
         kernel_source=(CUDA / f"{kernel}.py").read_text(),
         device="cuda",
-        track="strict",
+        track=track,
         task_name="scale_relu_16m",
         baselines=("eager",),
         timing_budget_s=1.0,
@@ -44,6 +46,7 @@ def _request(kernel: str) -> EvalRequest:
 def cuda_results(kernelcourt_cache_dir) -> dict[str, EvalResult]:
     with LocalPool(workers=2) as pool:
         futures = {name: pool.submit(_request(name)) for name in KERNELS}
+        futures.update({f"{name}_open": pool.submit(_request(name, "open")) for name in OPEN_TRACK})
         results = {name: future.result() for name, future in futures.items()}
     artifacts = Path(__file__).resolve().parents[2] / "test-artifacts"  # gitignored
     artifacts.mkdir(exist_ok=True)
@@ -132,3 +135,22 @@ def test_the_kernel_side_time_leaves_out_the_hosts_latency(cuda_results):
     assert stats["gpu_iterations"] > 0, stats
     assert 0 < stats["gpu_median_ms"] <= stats["median_ms"] < stats["e2e_median_ms"], stats
     assert stats["timed"] in ("kernel side", "host"), stats
+
+
+@pytest.mark.parametrize("name", [
+    "event_timer_patch",
+    # a hole, measured on the H100: this kernel runs 0.07 ms a call while the judge's own work around
+    # it (inputs in, flush, read, keep, fingerprint) costs 1.2 ms an iteration, so the half it hides is
+    # inside the loop cost's slack, and the open track has no CUPTI watch (reward 2.0 at 4.0x eager)
+    pytest.param("event_timer_patch_open", marks=pytest.mark.xfail(
+        strict=True, reason="an event timer patch within the loop cost's slack is not seen on the open track")),
+])
+def test_a_patched_event_timer_earns_no_speed_reward(name, cuda_results):
+    # the forward does all of its work and computes the right answer; only cudaEventElapsedTime lies
+    # (half of what passed): the parent's view of the timing shows it on either track, and CUPTI's
+    # records of the kernels on strict
+    result = cuda_results[name]
+    assert result.status in ("passed", "rejected"), _describe(result)
+    if result.status == "passed":
+        assert set(result.speed_withheld) & {"timer_mismatch", "device_time"}, _describe(result)
+        assert result.reward == 1.0, _describe(result)

@@ -73,10 +73,10 @@ HACK_CASES = [_param(c) for c in CASES if not c.get("control")]
 CONTROLS = [pytest.param(c, id=c["id"]) for c in CASES if c.get("control")]
 
 
-# Families with a CPU spelling: REWARD_HACKS.md's 2-22 and 25, and issue 21's two without a row there (31:
-# more CPU threads than the baseline had; 32: an error inside the review band). Family 1 (side
-# streams) needs CUDA: tests/gpu_workers/test_gpu_hacks.py and test_gpu_watch.py.
-CPU_FAMILIES = set(range(2, 23)) | {25, 31, 32}
+# Families with a CPU spelling: REWARD_HACKS.md's 2-22, 24 (native timer hijacks) and 25, and issue 21's
+# two without a row there (31: more CPU threads than the baseline had; 32: an error inside the review
+# band). Family 1 (side streams) needs CUDA: tests/gpu_workers/test_gpu_hacks.py and test_gpu_watch.py.
+CPU_FAMILIES = set(range(2, 23)) | {24, 25, 31, 32}
 
 
 def test_manifest_covers_every_cpu_family():

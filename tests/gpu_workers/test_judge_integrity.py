@@ -91,7 +91,8 @@ def test_speed_withheld_leaves_the_correctness_reward():
 
 
 def test_withhold_speed_is_validated_data():
-    assert default_rule_set("strict")["withhold_speed"] == ["precision_downgrade", "thread_budget", "device_time"]
+    assert default_rule_set("strict")["withhold_speed"] == ["precision_downgrade", "thread_budget", "device_time",
+                                                          "timer_mismatch"]
     with pytest.raises(ValueError, match="withhold_speed names unknown checks"):
         validate_rule_set({"track": "strict", "withhold_speed": ["no_such_check"]})
 

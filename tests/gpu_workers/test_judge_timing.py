@@ -51,16 +51,42 @@ def test_a_reward_that_took_the_end_to_end_time_goes_to_a_person_and_says_why():
     assert judge.unseen_work_finding(off, taken) is None
 
 
+def _timing(iterations: int, per_call_ms: float, *, e2e: int = 0, spin_ms: float = 0.0) -> dict:
+    return {"iterations": iterations, "median_ms": per_call_ms, "total_ms": iterations * per_call_ms,
+            "e2e_total_ms": e2e * per_call_ms, "spin_total_ms": spin_ms}
+
+
+def test_a_timer_that_reports_less_than_passed_loses_its_speed_reward():
+    # given a loop whose own cost is 0.2 ms an iteration (the trusted baseline's) and a forward of
+    # 1 ms, with 40 end-to-end iterations and 5 ms of spins, all inside the parent's wall clock
+    real = _timing(120, 1.0, e2e=40, spin_ms=5.0)
+    wall = 120 * 0.2 + judge.explained_ms(real)
+    assert judge.timer_finding(RULES, wall_ms=wall, stats=real, overhead_ms_per_iter=0.2) is None
+    # a timer patched to report 70% of what passed, on every series it times, is seen ...
+    forged = {**real, **{k: 0.7 * real[k] for k in ("median_ms", "total_ms", "e2e_total_ms")}}
+    finding = judge.timer_finding(RULES, wall_ms=wall, stats=forged, overhead_ms_per_iter=0.2)
+    assert finding is not None and finding.rule == "timer_mismatch" and finding.severity == "review"
+    assert "timer_mismatch" in RULES["withhold_speed"]
+    # ... while the loop's cost moving by a third between timings is not held against an honest one
+    assert judge.timer_finding(RULES, wall_ms=wall + 120 * 0.2 / 3, stats=real, overhead_ms_per_iter=0.2) is None
+
+
 def test_wall_time_the_child_spent_waiting_for_a_cpu_is_not_held_against_its_timer():
-    stats = {"iterations": 100, "median_ms": 0.1}
-    # 1000 iterations' worth of wall time the timer does not explain ...
+    stats = _timing(100, 0.1)
+    # 270 ms of wall time that neither the reported times nor the loop's cost explain ...
     forged = judge.timer_finding(RULES, wall_ms=300.0, stats=stats, overhead_ms_per_iter=0.2)
     assert forged is not None and forged.rule == "timer_mismatch"
-    # ... unless the scheduler says the timing thread was waiting for a CPU for most of it
+    # ... unless the scheduler says the timing thread was waiting for a CPU for it
     assert judge.timer_finding(RULES, wall_ms=300.0, stats=stats, overhead_ms_per_iter=0.2,
                                descheduled_ms=270.0) is None
     still = judge.timer_finding(RULES, wall_ms=300.0, stats=stats, overhead_ms_per_iter=0.2, descheduled_ms=20.0)
     assert still is not None and "20.0 ms waiting for a CPU left out" in still.message
+
+
+def test_the_loop_cost_a_baseline_keeps_is_what_its_reported_times_leave_of_the_wall_clock():
+    stats = _timing(120, 1.0, e2e=40, spin_ms=5.0)
+    assert judge.loop_cost_ms(120 * 0.3 + judge.explained_ms(stats) + 7.0, 7.0, stats) == pytest.approx(0.3)
+    assert judge.loop_cost_ms(None, None, stats) is None
 
 
 def test_the_scheduler_counts_waiting_for_a_cpu_and_not_sleeping():
