@@ -56,7 +56,8 @@ def _short(message: str, keep: int = 900) -> str:
 
 
 _WALL_KEYS = ("median_ms", "gpu_median_ms", "host_median_ms", "e2e_median_ms", "round_trip_ms", "iterations",
-              "e2e_iterations", "total_ms", "e2e_total_ms", "spin_total_ms", "span_ms", "spin_cycles", "read_ms")
+              "e2e_iterations", "total_ms", "e2e_total_ms", "spin_total_ms", "span_ms", "host_gpu_ms",
+              "host_round_trip_ms", "spin_rate", "spin_cycles", "read_ms")
 
 
 def row_for(key: str, repeat: int, result: Any, wall_s: float) -> dict[str, Any]:

@@ -300,7 +300,11 @@ def timer_finding(rule_set: dict[str, Any], *, wall_ms: float | None, stats: dic
     patch (of ``cudaEventElapsedTime``, of ``clock_gettime``, of the interpreter's own clock) can make
     it report less than passed; the parent's clock is out of its reach. First, the child's own clock
     over the span the parent timed (``span_ms``) must agree with the parent's (within ``clock_slack``
-    and ``clock_floor_ms``: the messages' latency, the parent's own turn for a CPU). Then, the wall clock over the loop
+    and ``clock_floor_ms``: the messages' latency, the parent's own turn for a CPU). On CUDA, the
+    reported time must also account for what the host's clock saw each timed window keep the GPU
+    busy (``host_gpu_ms``, ``timing.host_gpu_costs``: the same iterations, so no loop cost in
+    between), within ``window_slack`` and ``window_floor_ms``: an event timer that lies, the host's
+    clock true (checked by the span). Then, the wall clock over the loop
     is the loop's own cost per iteration (``overhead_ms_per_iter``: ``loop_cost_ms`` of the trusted
     baseline's timing, the same loop around the same shapes) times the iterations, plus what the
     reported times explain (``explained_ms``), plus what the host's load added (``descheduled_ms``,
@@ -321,6 +325,14 @@ def timer_finding(rule_set: dict[str, Any], *, wall_ms: float | None, stats: dic
         return make_finding(rule_set, "timer_mismatch",
                             f"the child's clock saw {float(span):.1f} ms from the start of its timing to its end, "
                             f"the parent's {wall_ms:.1f} ms")
+    host_gpu, reward = stats.get("host_gpu_ms"), stats.get("median_ms")
+    if host_gpu is not None and reward is not None and float(reward) < (
+            1.0 - float(thresholds["window_slack"])) * float(host_gpu) - float(thresholds["window_floor_ms"]):
+        # the event timer reports less than the host's own clock saw the GPU busy around each window
+        return make_finding(rule_set, "timer_mismatch",
+                            f"the host's clock saw each timed window keep the GPU busy {float(host_gpu):.4g} ms "
+                            f"(median, less the spin, an empty launch's round trip and the read), the timer "
+                            f"reported {float(reward):.4g} ms")
     if overhead_ms_per_iter is None:
         return None
     iterations = int(stats["iterations"])

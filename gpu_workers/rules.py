@@ -152,6 +152,9 @@ _DEFAULT_THRESHOLDS: dict[str, float] = {
     # ... and the child's own clock over the span the parent timed may run this much slower than the parent's
     "clock_slack": 0.05,
     "clock_floor_ms": 20.0,
+    # ... and (CUDA) the reported time may be this much less than each window's GPU time by the host's clock
+    "window_slack": 0.2,
+    "window_floor_ms": 0.01,
     "degenerate_std": 1e-6,
     "thread_slack": 1.25,  # CPU time over the timed calls' wall time beyond threads x this: thread_budget
     "device_time_factor": 0.8,  # a reported time below this share of the kernels' device time: device_time

@@ -137,18 +137,12 @@ def test_the_kernel_side_time_leaves_out_the_hosts_latency(cuda_results):
     assert stats["timed"] in ("kernel side", "host"), stats
 
 
-@pytest.mark.parametrize("name", [
-    "event_timer_patch",
-    # a hole, measured on the H100: this kernel runs 0.07 ms a call while the judge's own work around
-    # it (inputs in, flush, read, keep, fingerprint) costs 1.2 ms an iteration, so the half it hides is
-    # inside the loop cost's slack, and the open track has no CUPTI watch (reward 2.0 at 4.0x eager)
-    pytest.param("event_timer_patch_open", marks=pytest.mark.xfail(
-        strict=True, reason="an event timer patch within the loop cost's slack is not seen on the open track")),
-])
+@pytest.mark.parametrize("name", ["event_timer_patch", "event_timer_patch_open"])
 def test_a_patched_event_timer_earns_no_speed_reward(name, cuda_results):
     # the forward does all of its work and computes the right answer; only cudaEventElapsedTime lies
-    # (half of what passed): the parent's view of the timing shows it on either track, and CUPTI's
-    # records of the kernels on strict
+    # (half of what passed): what the host's clock saw each window keep the GPU busy shows it on
+    # either track (the judge's work around each window, 1.2 ms an iteration against this 0.07 ms
+    # kernel, hides it from the loop's wall clock), and CUPTI's records of the kernels on strict
     result = cuda_results[name]
     assert result.status in ("passed", "rejected"), _describe(result)
     if result.status == "passed":

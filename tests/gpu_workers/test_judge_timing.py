@@ -185,3 +185,17 @@ def test_a_kept_output_is_copied_into_its_room_when_it_fits_and_snapshotted_when
         again = into_slot(room, other)
         assert again[0] is not room[0] and torch.equal(again[0], other[0])
     assert into_slot(None, out)[0] is not out[0]
+
+
+def test_an_event_timer_below_what_the_host_saw_each_window_keep_the_gpu_busy_is_seen():
+    # a 0.07 ms kernel whose event timer reports half: far inside the loop's own cost (1.2 ms an
+    # iteration), but each window's GPU time by the host's clock is the same iterations' own
+    honest = {**_timing(75, 0.07, e2e=25, spin_ms=75.0), "host_gpu_ms": 0.072}
+    wall = 75 * 1.2 + judge.explained_ms(honest)
+    assert judge.timer_finding(RULES, wall_ms=wall, stats=honest, overhead_ms_per_iter=1.2) is None
+    forged = {**honest, "median_ms": 0.035, "total_ms": 75 * 0.035}
+    finding = judge.timer_finding(RULES, wall_ms=wall, stats=forged, overhead_ms_per_iter=1.2)
+    assert finding is not None and "host's clock saw each timed window" in finding.message
+    # a few microseconds either way is the host's own noise, never a finding
+    assert judge.timer_finding(RULES, wall_ms=wall, stats={**honest, "host_gpu_ms": 0.078},
+                               overhead_ms_per_iter=1.2) is None

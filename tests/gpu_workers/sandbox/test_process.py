@@ -4,7 +4,9 @@ time it was kept stopped is not its own."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -36,6 +38,15 @@ os.waitpid(grandchild, 0)
 """
 
 
+def _end(proc: subprocess.Popen, grandchild: int) -> None:
+    """The child and its grandchild, which a kill of the child alone leaves spinning in its own session
+    (the child ends it only after its message, and may be killed first)."""
+    proc.kill()
+    proc.wait()
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(grandchild, signal.SIGKILL)
+
+
 def test_a_child_under_a_shared_slot_is_stopped_whole_for_a_timer_and_its_wait_is_not_its_time(tmp_path: Path):
     # given a child at work (its grandchild spinning) and a message it sends once told to
     blob = tmp_path / "message"
@@ -65,8 +76,7 @@ def test_a_child_under_a_shared_slot_is_stopped_whole_for_a_timer_and_its_wait_i
             thread.join()
     finally:
         child.gpu_slot = None
-        proc.kill()
-        proc.wait()
+        _end(proc, grandchild)
     # then the timer had the GPU while both processes were stopped, and the child went on after it
     assert timer_in.is_set()
     assert seen == {"child": "T", "grandchild": "T"}
@@ -80,7 +90,7 @@ def test_a_released_slot_never_stops_its_child(tmp_path: Path):
     blob.write_bytes(b"".join(bytes(p) for p in wire.encode_parts({"phase": "done", "seq": 1})))
     proc = subprocess.Popen([sys.executable, "-c", CHILD, str(blob)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    int(proc.stderr.readline())
+    grandchild = int(proc.stderr.readline())
     child = sandbox.Child("candidate", proc, proc.stdin.fileno(), proc.stdout.fileno(), tmp_path,
                           Path("/dev/null"), 0, owns_workdir=False)
     use = SlotUse()
@@ -92,8 +102,7 @@ def test_a_released_slot_never_stops_its_child(tmp_path: Path):
             # when it sends its message with no hold of the GPU
             assert child.recv(time.monotonic() + 60) == {"phase": "done", "seq": 1}
     finally:
-        proc.kill()
-        proc.wait()
+        _end(proc, grandchild)
     # then it was never stopped
     assert use.stops == 0 and child.stopped_s == 0.0
     assert os.path.exists("/proc/self")  # the states above were read from /proc
