@@ -104,16 +104,6 @@ def cpu_seconds(pid: int) -> float | None:
         return None
 
 
-def run_delay_seconds(pid: int) -> float | None:
-    """Seconds a process's main thread has spent runnable but waiting for a CPU (the scheduler's
-    ``run_delay``: host load, never a wait on the GPU or a sleep); None without /proc schedstat."""
-    try:
-        with open(f"/proc/{pid}/task/{pid}/schedstat", encoding="ascii") as handle:
-            return int(handle.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def thread_clock(pid: int) -> tuple[float, float, int] | None:
     """A process's main thread as the kernel accounts it: seconds on a CPU, seconds runnable but
     waiting for one (``schedstat``), and how many times it gave its CPU up by blocking

@@ -102,23 +102,25 @@ def test_the_scheduler_counts_waiting_for_a_cpu_and_not_sleeping():
     try:
         for p in busy + [sleeper]:
             assert p.stdout.readline().strip() == "ready"
-        slept_before = sandbox.run_delay_seconds(sleeper.pid)
-        waited_before = [sandbox.run_delay_seconds(p.pid) for p in busy]
+        slept_before = sandbox.thread_clock(sleeper.pid)
+        spun_before = [sandbox.thread_clock(p.pid) for p in busy]
         # when both have spun for 0.6 s (told by their own "done", not by a clock here)
         for p in busy:
             assert p.stdout.readline().strip() == "done"
-        waited = [sandbox.run_delay_seconds(p.pid) for p in busy]
-        slept = sandbox.run_delay_seconds(sleeper.pid)
+        spun = [sandbox.thread_clock(p.pid) for p in busy]
+        slept = sandbox.thread_clock(sleeper.pid)
     finally:
         for p in busy + [sleeper]:
             p.stdin.close()
             p.wait()
     if slept is None or slept_before is None:
         pytest.skip("no /proc schedstat on this kernel")
-    # then each spinner waited for its CPU, and the blocked process did not
-    assert all(w is not None and w0 is not None and w - w0 > 0.05 for w, w0 in zip(waited, waited_before)), (
-        waited_before, waited)
-    assert slept - slept_before < 0.05
+    # then each spinner ran and waited for its CPU ...
+    for before, after in zip(spun_before, spun, strict=True):
+        assert after[0] - before[0] > 0.05 and after[1] - before[1] > 0.05, (before, after)
+    # ... while the blocked process neither ran nor waited, and had not blocked again
+    assert slept[0] - slept_before[0] < 0.05 and slept[1] - slept_before[1] < 0.05
+    assert slept[2] == slept_before[2]
 
 
 SLOW_TASK = '''
