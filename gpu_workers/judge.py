@@ -294,26 +294,32 @@ def loop_cost_ms(wall_ms: float | None, descheduled_ms: float | None, stats: dic
 
 def timer_finding(rule_set: dict[str, Any], *, wall_ms: float | None, stats: dict[str, Any],
                   overhead_ms_per_iter: float | None, descheduled_ms: float | None = None) -> Finding | None:
-    """The parent's wall clock over a candidate's timing must be explained by the times it reported.
+    """The parent's view of a candidate's timing (``wall_ms``: accounting.TimedSpan) must be
+    explained by the times it reported.
 
     Every timer whose figure becomes the reward lives in the candidate's process, where a native
     patch (of ``cudaEventElapsedTime``, of ``clock_gettime``, of the interpreter's own clock) can make
-    it report less than passed; the parent's clock is out of its reach. First, the child's own clock
-    over the span the parent timed (``span_ms``) must agree with the parent's (within ``clock_slack``
-    and ``clock_floor_ms``: the messages' latency, the parent's own turn for a CPU). On CUDA, the
-    reported time must also account for what the host's clock saw each timed window keep the GPU
-    busy (``host_gpu_ms``, ``timing.host_gpu_costs``: the same iterations, so no loop cost in
-    between), within ``window_slack`` and ``window_floor_ms``: an event timer that lies, the host's
-    clock true (checked by the span). Then, the wall clock over the loop
-    is the loop's own cost per iteration (``overhead_ms_per_iter``: ``loop_cost_ms`` of the trusted
-    baseline's timing, the same loop around the same shapes) times the iterations, plus what the
-    reported times explain (``explained_ms``), plus what the host's load added (``descheduled_ms``,
-    the timing thread runnable but not running, read by the parent from the scheduler: a busy host,
-    never a wait on the GPU, which spins or sleeps running). Whatever is left over beyond
-    ``timer_slack`` of the reported times and ``timer_loop_slack`` of the loop's cost (its noise
-    from one timing to the next; every iteration also gets ``timer_floor_ms``) is time the reported
-    figures hide: the reward withholds its speed (``withhold_speed``) until a person clears it, so a
-    forged timer gains at most that slack. Sums, not medians, on both sides: the wall clock is one.
+    it report less than passed; the parent's view is out of its reach. Three checks, in turn:
+
+    * the child's own clock over the span the parent timed (``span_ms``) must agree with the
+      parent's, within ``clock_slack`` and ``clock_floor_ms`` (the statistics after the loop, the
+      messages): a process clock patched slow;
+    * on CUDA, the reported time must account for what the host's clock saw each timed window keep
+      the GPU busy (``host_gpu_ms``, ``timing.host_gpu_costs``: the same iterations, so no loop cost
+      in between), within ``window_slack`` and ``window_floor_ms``: an event timer that lies while
+      the host's clock, held true by the first check, does not;
+    * the span over the loop is the loop's own cost per iteration (``overhead_ms_per_iter``:
+      ``loop_cost_ms`` of the trusted baseline's timing, the same loop around the same shapes)
+      times the iterations, plus what the reported times explain (``explained_ms``), plus what the
+      host's load added (``descheduled_ms``, the timing thread runnable but not running: a busy
+      host, never a wait on the GPU, which spins). Whatever is left over beyond ``timer_slack`` of
+      the reported times and ``timer_loop_slack`` of the loop's cost (its noise from one timing to
+      the next; every iteration also gets ``timer_floor_ms``) is time the reported figures hide: a
+      clock that keeps its books, slow inside the forward and fast outside. Sums, not medians, on
+      both sides: the span is one.
+
+    Any of them withholds the speed reward (``withhold_speed``) until a person clears it, so a
+    forged timer gains at most the slack.
     """
     if wall_ms is None or not stats.get("iterations"):
         return None
