@@ -147,7 +147,7 @@ _DEFAULT_THRESHOLDS: dict[str, float] = {
     # loop's own cost explain, as a share of the reported times, a share of the loop's cost per
     # iteration (how much it moves between timings) and a floor per iteration
     "timer_slack": 0.2,
-    "timer_loop_slack": 0.5,
+    "timer_loop_slack": 1.0,
     "timer_loop_slack_cuda": 2.0,
     "timer_floor_ms": 0.02,
     # ... and the child's own clock over the span the parent timed may run this much slower than the parent's
