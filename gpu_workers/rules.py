@@ -58,9 +58,9 @@ DYNAMIC_CHECKS: dict[str, dict[str, Any]] = {
     "timed_output_mismatch": {"family": 4, "why": "outputs during or after timing were wrong"},
     "cached_repeats": {"family": 4, "why": "inputs seen before ran far faster than on first sight"},
     "nondeterministic": {"family": 16, "why": "the same inputs gave different outputs"},
-    "timer_mismatch": {"family": 24, "why": "the parent's wall clock over the timing is more than the reported times "
-                                           "and the loop's own cost explain (a timer that reports less than "
-                                           "passed); no speed reward"},
+    "timer_mismatch": {"family": 24, "why": "the timing's span by the parent, or each window's GPU time by the host's "
+                                           "clock, is more than the reported times explain (a timer that reports "
+                                           "less than passed); no speed reward"},
     "unseen_work": {"family": 1, "why": "the forward's stream and host time do not account for its end-to-end "
                                         "time (work on a stream it did not join); the reward took the end-to-end time"},
     "impossible_speed": {"family": 17, "why": "faster than the roofline floor"},

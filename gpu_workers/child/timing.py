@@ -373,7 +373,7 @@ def time_callable(
     # figure must account for it (judge.timer_finding)
     host_gpu: list[float] = []
     trip_ms, spin_rate = host_gpu_costs(device) if cuda and _cuda_spin is not None else (0.0, 1.0)
-    spun_ms = 0.0  # the spins queued before the timed windows (nominal clock): the parent's wall check
+    spun_ms = 0.0  # the spins queued before the timed windows, at their real length: the parent's loop check
     # CUDA, first sights: the cache check compares them with repeats, one sample each, so they get
     # the longest spin (~1 ms: a few ms of GPU time per timing), which a host on a busy node still
     # queues the forward behind. One whose queueing outlasted even that (the host lost its CPU
@@ -450,7 +450,7 @@ def time_callable(
                 queued0 = _perf_counter()
                 if _cuda_spin is not None:  # without it the host's launch latency stays in (never less)
                     _cuda_spin(spin)
-                    spun_ms += spin / CYCLES_PER_MS
+                    spun_ms += spin / CYCLES_PER_MS * spin_rate
                 _event_record(start)
                 cpu0, wall0 = process_cpu_s(), _perf_counter()
                 out = fn(*buffers)

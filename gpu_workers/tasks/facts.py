@@ -37,8 +37,9 @@ from ..settings import current
 # time is steady (timing.HOST_WARM_MIN_S), the parent's wall clock starting after the warm-up, CPU
 # children without glibc's per-thread cache (build.compile.CPU_HEAP_TUNABLES), on CUDA once other
 # processes' work has drained from the GPU (timing.await_idle) and stopped once settled from 30 main
-# iterations on (timing.CUDA_MIN_TIMED), with the loop's own cost kept as the wall clock less every
-# reported time, the end-to-end forwards and the spins included (judge.loop_cost_ms): "12".
+# iterations on (timing.CUDA_MIN_TIMED), with the loop's own cost kept as the timing's span (the
+# kernel's account of the timing thread: pipeline.accounting.TimedSpan) less every reported time, the
+# end-to-end forwards and the spins included (judge.loop_cost_ms): "12".
 # Kept baselines are keyed on it, so a baseline kept the old way is never set against a candidate
 # timed the new way.
 TIMING_METHOD = "12"
