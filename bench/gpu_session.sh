@@ -16,6 +16,9 @@
 #               after they are stopped (bench/drain_probe.py: the basis of timing.await_idle)
 #   compile     cold compile-and-load, ours against load_inline (bench/compile_speed.py)
 #   throughput  distinct 1M-element candidates through the local pool (bench/throughput.py)
+#   realwork    distinct real candidates on KernelBench tasks at their published sizes (REAL_TASKS), each a cold
+#               CUDA build, timed once the tasks' baselines are kept (bench/throughput.py --kernelbench);
+#               REAL_N candidates (64), REAL_KEEP identity evaluations per task before the clock
 #   fidelity    the same kernel in 5 separate evaluations, then Nsight Compute on it (eval_timeline, ncu_agreement)
 #   train       one GRPO and one PPO step of a randomly initialised model (bench/train_step.py)
 #   watch       the profiler's records of a watched forward, event by event (bench/watch_events.py)
@@ -66,6 +69,11 @@ for s in ${STEPS:-tests sweep}; do
     throughput)
       step throughput "${TP_S:-200}" python3 bench/throughput.py --device cuda --build --gpus "$GPUS" \
         --workers "${TP_WORKERS:-16}" --candidates "${TP_N:-80}" --size 1048576 ;;
+    realwork)
+      root=$( [ -d shared/kernelbench ] && echo shared/kernelbench || echo ../shared/kernelbench)
+      TAIL=30 step realwork "${REAL_S:-450}" python3 bench/throughput.py --device cuda --gpus "$GPUS" \
+        --workers "${TP_WORKERS:-16}" --candidates "${REAL_N:-64}" --kernelbench "$root" \
+        --tasks ${REAL_TASKS:-1/1 1/12 2/12 2/17 2/40 2/80 3/8 3/36} ${REAL_KEEP:+--keep-runs $REAL_KEEP} ;;
     fidelity)
       step fidelity "${FIDELITY_S:-200}" python3 bench/eval_timeline.py --device cuda --only gelu --repeat 5 \
         --out "$OUT/fidelity.json"
@@ -93,7 +101,7 @@ for s in ${STEPS:-tests sweep}; do
       # a fourth run of each, at 16 workers: appended as repeat 3 (the rows of repeats 0-2 are kept)
       TAIL=30 step repro_16w "${REPRO_S:-400}" python3 bench/kernelbench_sweep.py --root "$root" --device cuda \
         --workers 16 --repeat 4 --tasks $tasks --out "$OUT/repro.jsonl" ;;
-    *) echo "unknown step $s (tests sweep probe compile throughput fidelity train watch overhead repro)"; exit 2 ;;
+    *) echo "unknown step $s (tests sweep probe compile throughput realwork fidelity train watch overhead repro)"; exit 2 ;;
   esac
 done
 exit 0

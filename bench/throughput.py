@@ -7,6 +7,16 @@ build (compile + verify + profile); without it they are PyTorch-level candidates
     python bench/throughput.py --device cpu --workers 1 2 4 --candidates 8
     python bench/throughput.py --device cuda --build --workers 1 4 16 --candidates 48
     python bench/throughput.py --device cpu --build --workers 1 2 --candidates 4 --zygote both
+    python bench/throughput.py --device cuda --workers 16 --candidates 64 --kernelbench ../shared/kernelbench \\
+        --tasks 1/1 1/12 2/12 2/17 2/40 2/80 3/8 3/36
+
+With ``--kernelbench`` the candidates are real work on KernelBench tasks at their published sizes: each is
+the task's reference computation followed by a native kernel of its own (CUDA, or C++ on the CPU) that
+rewrites the output, a different constant in each so every build is cold, spread over ``--tasks`` round
+robin. Before the clock each task is evaluated with its identity candidate until its baselines are kept
+(``KERNELCOURT_BASELINE_SAMPLES`` evaluations, or ``--keep-runs``, all in one batch), so the clock measures
+what a training run pays once a task's baselines are known: reference outputs, build, verification and
+the candidate's timing.
 """
 
 from __future__ import annotations
@@ -65,6 +75,70 @@ def build_candidate(device: str, index: int) -> str:
     return template.replace("SCALEf", scale).replace("NAME", f"tp_{device}_{index}_{int(time.time())}")
 
 
+# The native epilogue of a KernelBench candidate (--kernelbench): the output's float32 values copied
+# through a kernel of the candidate's own, times a scale of exactly 1 written differently per candidate.
+KB_CUDA = r'''
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+__global__ void kc_scale_kernel(const float* a, float* b, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    b[i] = a[i] * SCALEf;
+}
+torch::Tensor kc_scale(torch::Tensor x) {
+  TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.scalar_type() == torch::kFloat32, "contiguous cuda float32");
+  auto y = torch::empty_like(x);
+  const int64_t n = x.numel();
+  const int threads = 256;
+  const int blocks = (int)std::min<int64_t>((n + threads - 1) / threads, 8192);
+  if (n) kc_scale_kernel<<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return y;
+}
+'''
+KB_CPU = r'''
+#include <torch/extension.h>
+torch::Tensor kc_scale(torch::Tensor x) {
+  TORCH_CHECK(x.is_contiguous() && x.scalar_type() == torch::kFloat32, "contiguous float32 expected");
+  auto y = torch::empty_like(x);
+  const float* a = x.data_ptr<float>();
+  float* b = y.data_ptr<float>();
+  for (int64_t i = 0, n = x.numel(); i < n; ++i) b[i] = a[i] * SCALEf;
+  return y;
+}
+'''
+KB_EPILOGUE = '''
+
+from torch.utils.cpp_extension import load_inline as _load_inline
+
+_KC_EXT = _load_inline(name="NAME", cpp_sources=CPP, cuda_sources=CUDA, functions=["kc_scale"], verbose=False)
+
+
+class ModelNew(KcReference):
+    def forward(self, *args):
+        out = super().forward(*args)
+        if isinstance(out, torch.Tensor) and out.dtype == torch.float32:
+            return _KC_EXT.kc_scale(out.contiguous())
+        return out
+'''
+
+
+def kernelbench_candidate(task_source: str, device: str, index: int) -> str:
+    """A real candidate for a KernelBench task: its reference computation (the task's ``Model``
+    renamed ``KcReference``, ``super(Model, self)`` included) with a native epilogue of its own in a
+    subclass ``ModelNew``, a different spelling of the scale 1 in each."""
+    import re
+
+    scale = f"(1.0f + 0.0f * {index})"
+    native = (KB_CUDA if device == "cuda" else KB_CPU).replace("SCALEf", scale)
+    if device == "cuda":
+        cpp, cuda = "torch::Tensor kc_scale(torch::Tensor x);", native
+    else:
+        cpp, cuda = native, None
+    epilogue = (KB_EPILOGUE.replace("NAME", f"kc_kb_{device}_{index}_{int(time.time())}")
+                .replace("CPP, ", f"{cpp!r}, ").replace("CUDA, ", f"{cuda!r}, "))
+    return re.sub(r"\bModel\b", "KcReference", task_source) + epilogue
+
+
 def _cpu_seconds() -> float:
     """Busy CPU seconds of the whole machine (/proc/stat: everything but idle and iowait), so the
     children the zygote forks count too; elsewhere, this process's and its reaped children's."""
@@ -95,7 +169,19 @@ def main() -> int:
                         help="skip the worker's warm-up (probe, zygote, compile child, bridge, reference children; "
                              "Ray actors' too) before the clock: "
                              "the first round then pays for it, as a worker that never warmed up would")
+    parser.add_argument("--kernelbench", default=None, metavar="ROOT",
+                        help="real candidates on these KernelBench tasks at their published sizes (see above)")
+    parser.add_argument("--tasks", nargs="*", default=None, help="with --kernelbench: level1/19_ReLU, 19_ReLU or 1/19")
+    parser.add_argument("--baselines", default=None,
+                        help="comma-separated baselines (default eager; eager,compile with --kernelbench)")
+    parser.add_argument("--max-elements", type=int, default=None,
+                        help="with --kernelbench: scale each task down (a CPU smoke)")
+    parser.add_argument("--keep-runs", type=int, default=None,
+                        help="with --kernelbench: identity evaluations of each task before the clock "
+                             "(default: KERNELCOURT_BASELINE_SAMPLES)")
     args = parser.parse_args()
+    if args.baselines is None:
+        args.baselines = "eager,compile" if args.kernelbench else "eager"
     if args.warm_up and args.pool == "local":  # Ray actors warm themselves (_batch)
         from gpu_workers.workers.warmup import warm_up
 
@@ -107,6 +193,11 @@ def main() -> int:
               f"{time.perf_counter() - started:.1f} s ({', '.join(f'{k} {v:.1f} s' for k, v in steps.items())})",
               flush=True)
 
+    if args.kernelbench:
+        args.kb_tasks = _keep_baselines(args)
+        if not args.kb_tasks:
+            print("no task kept its baselines: nothing to time", flush=True)
+            return 1
     task = TASK if not args.size else TASK.replace('PROFILES = {"cpu": {"N": 1 << 16}, "cuda": {"N": 1 << 24}}',
                                                     f'PROFILES = {{"cpu": {{"N": {args.size}}}, "cuda": {{"N": {args.size}}}}}')
     rates: dict[tuple[int, str], tuple[float, float | None]] = {}
@@ -143,11 +234,19 @@ def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count
     from gpu_workers.workers.pool import LocalPool, RayPool
 
     requests = []
+    baselines = tuple(b for b in args.baselines.split(",") if b)
     for i in range(count):
         index = offset + i
+        if args.kernelbench:  # real work: the tasks round robin, each candidate a native build of its own
+            key, source_of_task = args.kb_tasks[i % len(args.kb_tasks)]
+            requests.append(EvalRequest(task_source=source_of_task, task_name=key, device=args.device, track="open",
+                                        kernel_source=kernelbench_candidate(source_of_task, args.device, index),
+                                        baselines=baselines, timing_budget_s=args.timing_budget,
+                                        max_elements=args.max_elements))
+            continue
         source = build_candidate(args.device, index) if args.build else OPEN_CANDIDATE.format(index=index)
         requests.append(EvalRequest(task_source=task, kernel_source=source, device=args.device,
-                                    track="strict" if args.build else "open", baselines=("eager",),
+                                    track="strict" if args.build else "open", baselines=baselines,
                                     timing_budget_s=args.timing_budget))
     if args.pool == "ray":
         mark = time.perf_counter()
@@ -228,6 +327,43 @@ def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count
           f"median compile {median_compile:.1f} s; {occupancy or 'no GPU slot'}; CPU {cpu_per_eval:.1f} busy core-s "
           f"per evaluation (the whole machine's); by who, median core-s: {cpu_by_who or 'not recorded'}", flush=True)
     return rate, steady
+
+
+def _keep_baselines(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """Before the clock: each KernelBench task's identity candidate as many times as its baselines
+    need samples (all in one batch, the tasks interleaved), so they are kept; returns the (key,
+    source) of the tasks whose every identity evaluation passed."""
+    from gpu_workers import EvalRequest
+    from gpu_workers.suite.kernelbench import identity_candidate, task_files
+    from gpu_workers.tasks.facts import samples
+    from gpu_workers.workers.pool import LocalPool
+
+    found = task_files(Path(args.kernelbench), None, args.tasks)
+    if not found:
+        raise SystemExit(f"no KernelBench tasks under {args.kernelbench} match {args.tasks}")
+    sources = {t.key: t.path.read_text(encoding="utf-8") for t in found}
+    baselines = tuple(b for b in args.baselines.split(",") if b)
+    copies = args.keep_runs if args.keep_runs is not None else samples()
+    requests = [EvalRequest(task_source=src, kernel_source=identity_candidate(src), task_name=key,
+                            device=args.device, track="open", baselines=baselines,
+                            timing_budget_s=args.timing_budget, max_elements=args.max_elements)
+                for _ in range(copies) for key, src in sources.items()]
+    kept = dict(sources)
+    started = time.perf_counter()
+    done = 0
+    with LocalPool(workers=max(args.workers), gpus=args.gpus) as pool:
+        for index, result in pool.as_completed(requests):
+            done += 1
+            request = requests[index]
+            if result.status != "passed" and request.task_name in kept:
+                print(f"  {request.task_name}: identity {result.status}, left out: {result.message[:300]}", flush=True)
+                kept.pop(request.task_name)
+            if done % max(1, len(sources)) == 0 or done == len(requests):
+                print(f"  baselines: {done} of {len(requests)} identity evaluations at "
+                      f"{time.perf_counter() - started:.1f} s", flush=True)
+    print(f"baselines kept before the clock for {len(kept)} tasks ({', '.join(kept)}) in "
+          f"{time.perf_counter() - started:.1f} s ({copies} identity evaluations each)", flush=True)
+    return list(kept.items())
 
 
 def _timeline_medians(results: list) -> str:

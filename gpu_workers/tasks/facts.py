@@ -127,10 +127,13 @@ def keep_baseline(path: Path, entry: dict[str, Any], spread_path: Path | None = 
     """Add one timing to what is kept (up to ``samples()``, the fastest kept first) and return the
     one that stands for them all, this one included. Where the kept samples are three or more, how
     far they go from their middle is noted for the hardware in ``spread_path`` (``load_run_to_run``)."""
-    entries = _samples_in(_read(path))
-    entries.append({k: v for k, v in entry.items() if k != "samples_ms"})
-    entries.sort(key=_median)
-    _write(path, {"samples": entries[:samples()]})
+    # a batch evaluates many candidates of one task at once, each timing the baseline until it is
+    # kept: unlocked, two of them read the same samples and the later write drops the other's
+    with _locked(path):
+        entries = _samples_in(_read(path))
+        entries.append({k: v for k, v in entry.items() if k != "samples_ms"})
+        entries.sort(key=_median)
+        _write(path, {"samples": entries[:samples()]})
     chosen = _fastest(entries)
     factors = run_to_run_factors(chosen["samples_spread"])
     if spread_path is not None and factors is not None:

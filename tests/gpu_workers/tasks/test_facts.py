@@ -53,6 +53,31 @@ def test_a_slow_sample_never_stands_for_the_baseline_once_a_faster_one_is_kept(f
     assert late["samples_ms"] == [0.12, 0.13, 0.14] and late["stats"]["median_ms"] == 0.13
 
 
+def _keep_many(fact: Path, start, first: int, count: int) -> None:
+    start.wait()
+    for value in range(first, first + count):
+        taskfacts.keep_baseline(fact, _timing(1.0 + value / 1000))
+
+
+def test_samples_kept_at_once_by_several_evaluations_are_all_kept(fact, monkeypatch):
+    # a batch of one task's candidates times its baseline in several processes at once
+    import multiprocessing
+
+    from gpu_workers import settings
+
+    monkeypatch.setenv("KERNELCOURT_BASELINE_SAMPLES", "200")
+    settings.current.cache_clear()
+    context = multiprocessing.get_context("fork")
+    start = context.Barrier(4)
+    workers = [context.Process(target=_keep_many, args=(fact, start, 40 * n, 40)) for n in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    assert [w.exitcode for w in workers] == [0, 0, 0, 0]
+    assert len(taskfacts.load_baseline(fact)[0]["samples_ms"]) == 160
+
+
 def test_kept_facts_survive_broken_files_and_differ_by_what_they_depend_on(fact):
     fact.write_text("{not json")
     assert taskfacts.load_baseline(fact) == (None, False)
