@@ -271,8 +271,9 @@ class Checker:
         self._timeline.mark(f"reference: compared {kind} {index}")
         if answer.get("phase") != "compared" or answer.get("kind") != kind or answer.get("index") != index:
             self._broken = True
-            raise PhaseFailure("runtime_error", f"the reference child answered {answer.get('phase')!r} to a "
-                               "comparison", self.child.log_tail())
+            said = f": {str(answer.get('error'))[-3000:]}" if answer.get("phase") == "error" else ""
+            raise PhaseFailure("runtime_error", f"the reference child answered {answer.get('phase')!r} to the "
+                               f"{kind} {index} comparison{said}", self.child.log_tail())
         return {"ok": bool(answer["ok"]), "reason": str(answer.get("reason", "")),
                 "max_abs": float(answer.get("max_abs", 0.0)), "rel_norm": float(answer.get("rel_norm", 0.0)),
                 "ref_rel_norm": float(answer.get("ref_rel_norm", 0.0))}

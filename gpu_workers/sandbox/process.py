@@ -159,6 +159,7 @@ class Child:
     _eof: bool = False
     _closed: bool = False
     _oom_kills: int | None = field(default_factory=system_oom_kills)  # the system's count when it started
+    _cpu_seen: float | None = None  # its CPU seconds when last read (see ``cpu_seconds``)
 
     # --- sending -------------------------------------------------------------------------
     def send(self, obj: Any) -> threading.Thread:
@@ -273,6 +274,7 @@ class Child:
             raise ChildError("protocol", f"unreadable message from the {self.role} process: {exc}") from None
         if not isinstance(message, dict):
             raise ChildError("protocol", f"the {self.role} process sent a {type(message).__name__}")
+        self.cpu_seconds()  # it may end right after its last message, and its zygote or keeper reap it
         return message
 
     def pending_bytes(self, wait: float = 0.0) -> int:
@@ -357,8 +359,14 @@ class Child:
         return f"the {self.role} process exited early with code {code} before the evaluation finished"
 
     def cpu_seconds(self) -> float | None:
-        """The child's CPU seconds so far (see ``cpu_seconds``); None once it has exited."""
-        return None if self.proc.poll() is not None else cpu_seconds(self.proc.pid)
+        """The child's CPU seconds so far (see ``cpu_seconds``). Once it has exited, those it had
+        used when its last message came (a reaped child's /proc entry is gone at once); None if it
+        was never read."""
+        if self.proc.poll() is None:
+            now = cpu_seconds(self.proc.pid)
+            if now is not None:
+                self._cpu_seen = now
+        return self._cpu_seen
 
     def alive(self) -> bool:
         """Not closed by us, its channel open, its process running."""

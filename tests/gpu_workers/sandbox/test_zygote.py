@@ -62,6 +62,15 @@ def test_a_forked_child_has_its_own_session_folder_environment_and_descriptors()
         assert a["argv0"].endswith("child/main.py")
 
 
+BURN = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end:\n    pass\n"
+
+
+def test_a_childs_cpu_seconds_outlive_it_once_it_has_reported_and_been_reaped():
+    with _run_compile_child(BURN) as child:
+        assert child.proc.wait(timeout=30) == 0  # its reaper's /proc entry for it is gone
+        assert child.cpu_seconds() is not None and child.cpu_seconds() >= 0.3
+
+
 def _ended_by(child: sandbox.Child, kernel_source: str) -> str:
     """The error a compile child's end gives, running ``kernel_source``."""
     with child:
