@@ -142,6 +142,7 @@ def _evaluate_once(request: EvalRequest, settings: EvaluatorSettings) -> EvalRes
         if reference.get("checker") is not None:  # the reference child kept to compare on the device
             reference.pop("checker").close()
         admission.close()  # the GPU memory it announced is free for the next evaluation
+    timeline.mark("judge: begun")  # after the children closed and the GPU memory was given back
     judged_from = time.thread_time()
     cpu.add("parent", judged_from - own_cpu)
     result, dynamic = judge_evidence(request, rule_set, hardware, reference, evidence)

@@ -287,6 +287,7 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
                     child.signal()
                     went(phase)
             code = child.proc.wait(timeout=30)
+            timeline.mark("candidate: exited")  # its CUDA context's teardown is part of its time
             gpu.release("candidate: exit")  # the process and its CUDA context are gone (if still held)
             extra = child.pending_bytes(wait=0.2)
             if extra:
