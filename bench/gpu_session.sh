@@ -28,7 +28,7 @@
 #   repro       the host-timed identities (REPRO_TASKS, default L3 9, 20, 22, 28, 32, 40, 41, 42): 3 repeats at
 #               1 worker with the plain method beside each, then once at 16 workers, in one JSONL
 #               (repro.jsonl), whose summary gives max/min over the runs and the agreement
-# The default is "tests sweep". Variables: SWEEP_WORKERS (16), SWEEP_ARGS (extra arguments), TP_WORKERS (16),
+# The default is "tests sweep". Variables: SWEEP_WORKERS (16), SWEEP_ARGS (extra arguments), TP_WORKERS (16; several, e.g. "16 24": each in turn),
 # TP_N (80 candidates).
 set -uo pipefail
 OUT=${OUT:-/tmp/kc-out}; mkdir -p "$OUT"
@@ -68,11 +68,11 @@ for s in ${STEPS:-tests sweep}; do
       step compile "${COMPILE_S:-200}" python3 bench/compile_speed.py --device cuda --candidates 1 --extra-ours 5 ;;
     throughput)
       step throughput "${TP_S:-200}" python3 bench/throughput.py --device cuda --build --gpus "$GPUS" \
-        --workers "${TP_WORKERS:-16}" --candidates "${TP_N:-80}" --size 1048576 ;;
+        --workers ${TP_WORKERS:-16} --candidates "${TP_N:-80}" --size 1048576 ;;
     realwork)
       root=$( [ -d shared/kernelbench ] && echo shared/kernelbench || echo ../shared/kernelbench)
       TAIL=30 step realwork "${REAL_S:-450}" python3 bench/throughput.py --device cuda --gpus "$GPUS" \
-        --workers "${TP_WORKERS:-16}" --candidates "${REAL_N:-64}" --kernelbench "$root" \
+        --workers ${TP_WORKERS:-16} --candidates "${REAL_N:-64}" --kernelbench "$root" \
         --tasks ${REAL_TASKS:-1/1 1/12 2/12 2/17 2/40 2/80 3/8 3/36} ${REAL_KEEP:+--keep-runs $REAL_KEEP} ;;
     fidelity)
       step fidelity "${FIDELITY_S:-200}" python3 bench/eval_timeline.py --device cuda --only gelu --repeat 5 \
