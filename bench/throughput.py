@@ -269,8 +269,9 @@ def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count
                   f"(compile {(result.compile_ms or 0) / 1e3:.1f} s, GPU held {slot.get('held_s', 0)} s of which "
                   f"alone {slot.get('exclusive_s', 0)} s, waited {slot.get('wait_s', 0)} s)", flush=True)
             if result.status != "passed" or result.findings:  # what went wrong, or what was flagged
-                rules = ", ".join(f"{f.severity}:{f.rule}" for f in result.findings)
-                print(f"    {rules or result.status}: {result.message[:400]}", flush=True)
+                said = "; ".join(f"{f.severity}:{f.rule}: {f.message[:200]}" for f in result.findings)
+                print(f"    {result.status}: {(result.message[:400] + '; ' if result.message else '') + said}",
+                      flush=True)
     elapsed = time.perf_counter() - started
     cpu_per_eval = (_cpu_seconds() - cpu_before) / max(len(results), 1)
     statuses = Counter(r.status for r in results)

@@ -281,15 +281,30 @@ def explained_ms(stats: dict[str, Any]) -> float:
         + float(stats.get("spin_total_ms") or 0.0)
 
 
+def outside_waits_ms(descheduled_ms: float | None, stats: dict[str, Any]) -> float:
+    """Of the timing thread's waits for a CPU over the span (``descheduled_ms``), those outside the
+    timed windows. On the CPU a window's reported time holds the waits inside it (the forward runs
+    in the timing thread), which the child counts (``window_waits_ms``); taken off twice, a busy
+    host's baseline had a loop cost below zero and an honest candidate's loop looked like hidden
+    time. A count above the span's is held to it: reporting more only leaves more unexplained."""
+    waited = max(float(descheduled_ms or 0.0), 0.0)
+    try:
+        inside = float(stats.get("window_waits_ms") or 0.0)
+    except (TypeError, ValueError):
+        inside = 0.0
+    return waited - min(max(inside, 0.0), waited)
+
+
 def loop_cost_ms(wall_ms: float | None, descheduled_ms: float | None, stats: dict[str, Any]) -> float | None:
     """The timing loop's own cost per timed iteration (copying the inputs in, the L2 flush, the
     synchronise, keeping and fingerprinting the output, the empty round trips): the parent's wall
-    clock over the loop, less what the host's load added (the timing thread waiting for a CPU) and
-    what the reported times explain. Measured on a trusted baseline, whose loop does the same
-    judge's work around the same shapes; ``timer_finding`` sets it against a candidate's."""
+    clock over the loop, less what the host's load added outside the windows (the timing thread
+    waiting for a CPU, ``outside_waits_ms``) and what the reported times explain. Measured on a
+    trusted baseline, whose loop does the same judge's work around the same shapes;
+    ``timer_finding`` sets it against a candidate's."""
     if not wall_ms or not stats.get("iterations"):
         return None
-    return (wall_ms - (descheduled_ms or 0.0) - explained_ms(stats)) / stats["iterations"]
+    return (wall_ms - outside_waits_ms(descheduled_ms, stats) - explained_ms(stats)) / stats["iterations"]
 
 
 def timer_finding(rule_set: dict[str, Any], *, wall_ms: float | None, stats: dict[str, Any],
@@ -311,8 +326,8 @@ def timer_finding(rule_set: dict[str, Any], *, wall_ms: float | None, stats: dic
     * the span over the loop is the loop's own cost per iteration (``overhead_ms_per_iter``:
       ``loop_cost_ms`` of the trusted baseline's timing, the same loop around the same shapes)
       times the iterations, plus what the reported times explain (``explained_ms``), plus what the
-      host's load added (``descheduled_ms``, the timing thread runnable but not running: a busy
-      host, never a wait on the GPU, which spins). Whatever is left over beyond ``timer_slack`` of
+      host's load added outside them (``outside_waits_ms`` of ``descheduled_ms``, the timing thread
+      runnable but not running: a busy host, never a wait on the GPU, which spins). Whatever is left over beyond ``timer_slack`` of
       the reported times and ``timer_loop_slack`` of the loop's cost (its noise from one timing to
       the next; every iteration also gets ``timer_floor_ms``) is time the reported figures hide: a
       clock that keeps its books, slow inside the forward and fast outside. Sums, not medians, on
@@ -344,7 +359,8 @@ def timer_finding(rule_set: dict[str, Any], *, wall_ms: float | None, stats: dic
     iterations = int(stats["iterations"])
     explained = explained_ms(stats)
     loop = max(float(overhead_ms_per_iter), 0.0)
-    unexplained = max(wall_ms - (descheduled_ms or 0.0), 0.0) - iterations * loop - explained
+    waited = outside_waits_ms(descheduled_ms, stats)
+    unexplained = max(wall_ms - waited, 0.0) - iterations * loop - explained
     # an identity candidate's loop has cost up to 0.7 of its baseline's loop cost more (the CPU, a 2-core
     # CI host) and 0.3-1.2 ms an iteration more on CUDA (an H100, L1 and L2), where the window check
     # above is the tight one
@@ -356,5 +372,6 @@ def timer_finding(rule_set: dict[str, Any], *, wall_ms: float | None, stats: dic
                             f"the parent's wall clock saw {unexplained:.1f} ms more than the reported times "
                             f"({explained:.1f} ms over {iterations} iterations) and the loop's own cost "
                             f"({loop:.3f} ms an iteration) explain, beyond the {allowed:.1f} ms allowed"
-                            + (f"; {descheduled_ms:.1f} ms waiting for a CPU left out" if descheduled_ms else ""))
+                            + (f"; {waited:.1f} ms waiting for a CPU outside the timed calls left out"
+                               if waited else ""))
     return None

@@ -31,7 +31,7 @@ from .measure import (
     synchronize,
 )
 from .spread import summary
-from .timinghost import SpinWaits, TimingCpus, host_cpu
+from .timinghost import SpinWaits, ThreadWaits, TimingCpus, host_cpu
 
 CYCLES_PER_MS = 2_000_000  # GPU clock cycles in a millisecond (about 2 GHz)
 SPIN_CYCLES = CYCLES_PER_MS  # the longest spin before a kernel-side timing (~1 ms)
@@ -427,7 +427,9 @@ def time_callable(
     windows: list[tuple[float, float]] = []  # each timed window's process CPU and wall seconds
     read_excess = 0.0  # the most a window's read took beyond an ordinary tensor's
     waits = SpinWaits(device, enabled=spin_waits)
-    with waits, TimingCpus(cpus):
+    # CPU: the timing thread's waits for a CPU inside the windows, which their times hold already
+    window_waits: float | None = None if cuda else 0.0
+    with waits, TimingCpus(cpus), ThreadWaits() as thread_waits:
         seen_cpus = {host_cpu()}  # where the host side of the timing ran (seen between iterations)
         # on the CPU that times, under the same waits: the host is warmed where it will be timed
         host_warm = _warm_host(warm_iteration, warmup_inputs if warmup_inputs is not None else rotations[0],
@@ -469,6 +471,7 @@ def time_callable(
                 if first_sight and _cuda_spin is not None and queued_ms >= spin / CYCLES_PER_MS:
                     uncovered_first.add(iteration)
             else:
+                waited0 = thread_waits.seconds() if window_waits is not None else None
                 cpu0 = process_cpu_s()
                 host0 = _perf_counter()
                 out = fn(*buffers)
@@ -476,6 +479,8 @@ def time_callable(
                 seen = read(out)
                 host1 = _perf_counter()
                 windows.append((process_cpu_s() - cpu0, host1 - host0))
+                waited1 = thread_waits.seconds() if waited0 is not None else None
+                window_waits = window_waits + (waited1 - waited0) if waited1 is not None else None
                 read_seen = (host1 - returned) * 1e3
                 times.append(charged_ms((returned - host0) * 1e3, read_seen, read_ms))
                 read_excess = max(read_excess, read_seen - read_ms)
@@ -549,6 +554,7 @@ def time_callable(
         "host_waits": waits.mode,  # "spin": the synchronise busy-waited (SpinWaits)
         "host_cpus": sorted(c for c in seen_cpus | {host_cpu()} if c is not None),
         "total_ms": sum(times),
+        "window_waits_ms": window_waits * 1e3 if window_waits is not None else None,
         # this process's own clock from the parent's start signal to here: the parent's clock over the
         # same span says whether this clock ran true (judge.timer_finding)
         "span_ms": (_perf_counter() - started) * 1e3,

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from gpu_workers import EvalRequest, evaluate, judge
+from gpu_workers.child.timinghost import ThreadWaits
 from gpu_workers.pipeline import verdict
 from gpu_workers.rules import default_rule_set
 from gpu_workers.sandbox import process as sandbox
@@ -80,13 +81,61 @@ def test_wall_time_the_child_spent_waiting_for_a_cpu_is_not_held_against_its_tim
     assert judge.timer_finding(RULES, wall_ms=300.0, stats=stats, overhead_ms_per_iter=0.2,
                                descheduled_ms=270.0) is None
     still = judge.timer_finding(RULES, wall_ms=300.0, stats=stats, overhead_ms_per_iter=0.2, descheduled_ms=20.0)
-    assert still is not None and "20.0 ms waiting for a CPU left out" in still.message
+    assert still is not None and "20.0 ms waiting for a CPU outside the timed calls left out" in still.message
 
 
 def test_the_loop_cost_a_baseline_keeps_is_what_its_reported_times_leave_of_the_wall_clock():
     stats = _timing(120, 1.0, e2e=40, spin_ms=5.0)
     assert judge.loop_cost_ms(120 * 0.3 + judge.explained_ms(stats) + 7.0, 7.0, stats) == pytest.approx(0.3)
     assert judge.loop_cost_ms(None, None, stats) is None
+
+
+def test_waits_for_a_cpu_inside_the_timed_calls_are_taken_off_the_wall_clock_once():
+    # given a CPU baseline whose loop costs 3 ms an iteration, timed on a busy host: its thread waited
+    # 150 ms for a CPU, 120 ms of it inside the timed calls, whose reported times hold those
+    loaded = {**_timing(24, 10.0), "total_ms": 24 * 10.0 + 120.0, "window_waits_ms": 120.0}
+    wall = 24 * 3.0 + judge.explained_ms(loaded) + 30.0
+    # then its loop cost is the loop's, not less by what the calls waited
+    assert judge.loop_cost_ms(wall, 150.0, loaded) == pytest.approx(3.0)
+    assert judge.loop_cost_ms(wall, 150.0, {**loaded, "window_waits_ms": None}) == pytest.approx(-2.0)
+    # and an honest candidate timed on a quiet host with that loop is not flagged against it
+    quiet = _timing(24, 10.0)
+    assert judge.timer_finding(RULES, wall_ms=24 * 3.0 + judge.explained_ms(quiet) + 1.0, stats=quiet,
+                               overhead_ms_per_iter=3.0, descheduled_ms=1.0) is None
+    # a count of waits inside beyond the span's leaves nothing outside to take off: no more slack than none
+    hidden = {**quiet, "total_ms": 0.5 * quiet["total_ms"], "median_ms": 5.0}
+    wall = 24 * 3.0 + judge.explained_ms(quiet) + 40.0
+    for inside in (None, 0.0, 40.0, 1e9, "many"):
+        finding = judge.timer_finding(RULES, wall_ms=wall, stats={**hidden, "window_waits_ms": inside},
+                                      overhead_ms_per_iter=3.0, descheduled_ms=40.0)
+        assert finding is not None and finding.rule == "timer_mismatch", inside
+
+
+def test_a_thread_counts_its_own_waits_for_a_cpu():
+    # given a spinner and this thread sharing one CPU
+    cpu = min(os.sched_getaffinity(0))
+    spinner = subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c",
+                                "import sys, threading\nthreading.Thread(target=sys.stdin.read, daemon=True).start()\n"
+                                "print('ready', flush=True)\nwhile threading.active_count() > 1: pass\n"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    mine = os.sched_getaffinity(0)
+    try:
+        assert spinner.stdout.readline().strip() == "ready"
+        os.sched_setaffinity(0, {cpu})  # this thread only
+        with ThreadWaits() as waits:
+            before = waits.seconds()
+            end = time.thread_time() + 0.3  # 0.3 s on the CPU of its own, told by its own clock
+            while time.thread_time() < end:
+                pass
+            after = waits.seconds()
+    finally:
+        os.sched_setaffinity(0, mine)
+        spinner.stdin.close()
+        spinner.wait()
+    if before is None:
+        pytest.skip("no /proc schedstat on this kernel")
+    # then it waited for the CPU while the spinner had it
+    assert after - before > 0.05, (before, after)
 
 
 def test_the_scheduler_counts_waiting_for_a_cpu_and_not_sleeping():
