@@ -327,9 +327,9 @@ def timer_finding(rule_set: dict[str, Any], *, wall_ms: float | None, stats: dic
       ``loop_cost_ms`` of the trusted baseline's timing, the same loop around the same shapes)
       times the iterations, plus what the reported times explain (``explained_ms``), plus what the
       host's load added outside them (``outside_waits_ms`` of ``descheduled_ms``, the timing thread
-      runnable but not running: a busy host, never a wait on the GPU, which spins). Whatever is left over beyond ``timer_slack`` of
-      the reported times and ``timer_loop_slack`` of the loop's cost (its noise from one timing to
-      the next; every iteration also gets ``timer_floor_ms``) is time the reported figures hide: a
+      runnable but not running: a busy host, never a wait on the GPU, which spins). Whatever is left
+      over beyond ``timer_slack`` of the reported times and ``timer_loop_slack`` of the loop's cost
+      (its noise from one timing to the next; every iteration also gets ``timer_floor_ms``) is time the reported figures hide: a
       clock that keeps its books, slow inside the forward and fast outside. Sums, not medians, on
       both sides: the span is one.
 
