@@ -429,7 +429,7 @@ def time_callable(
     waits = SpinWaits(device, enabled=spin_waits)
     # CPU: the timing thread's waits for a CPU inside the windows, which their times hold already
     window_waits: float | None = None if cuda else 0.0
-    with waits, TimingCpus(cpus), ThreadWaits() as thread_waits:
+    with waits, TimingCpus(cpus), ThreadWaits(enabled=not cuda) as thread_waits:
         seen_cpus = {host_cpu()}  # where the host side of the timing ran (seen between iterations)
         # on the CPU that times, under the same waits: the host is warmed where it will be timed
         host_warm = _warm_host(warm_iteration, warmup_inputs if warmup_inputs is not None else rotations[0],

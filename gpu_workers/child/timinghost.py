@@ -102,13 +102,15 @@ class ThreadWaits:
     reported time holds whatever the thread waited inside it, so the parent's count of the waits
     over the whole span (``accounting.TimedSpan``) holds those twice; what the windows waited is
     reported beside the times (``window_waits_ms``, judge.outside_waits_ms). A reader that cannot
-    open the file reads None."""
+    open the file, or was not enabled (CUDA, whose reported times are the GPU's), reads None."""
 
-    def __init__(self) -> None:
-        try:
-            self._fd = _os_open("/proc/thread-self/schedstat", os.O_RDONLY)
-        except OSError:
-            self._fd = -1
+    def __init__(self, enabled: bool = True) -> None:
+        self._fd = -1
+        if enabled:
+            try:
+                self._fd = _os_open("/proc/thread-self/schedstat", os.O_RDONLY)
+            except OSError:
+                pass
 
     def seconds(self) -> float | None:
         if self._fd < 0:
