@@ -18,7 +18,7 @@
 #   throughput  distinct 1M-element candidates through the local pool (bench/throughput.py)
 #   realwork    distinct real candidates on KernelBench tasks at their published sizes (REAL_TASKS), each a cold
 #               CUDA build, timed once the tasks' baselines are kept (bench/throughput.py --kernelbench);
-#               REAL_N candidates (64), REAL_KEEP identity evaluations per task before the clock
+#               REAL_N candidates (64), REAL_KEEP identity evaluations per task before the clock; PYSPY (below)
 #   fidelity    the same kernel in 5 separate evaluations, then Nsight Compute on it (eval_timeline, ncu_agreement)
 #   train       one GRPO and one PPO step of a randomly initialised model (bench/train_step.py)
 #   watch       the profiler's records of a watched forward, event by event (bench/watch_events.py)
@@ -28,7 +28,8 @@
 #   repro       the host-timed identities (REPRO_TASKS, default L3 9, 20, 22, 28, 32, 40, 41, 42): 3 repeats at
 #               1 worker with the plain method beside each, then once at 16 workers, in one JSONL
 #               (repro.jsonl), whose summary gives max/min over the runs and the agreement
-# The default is "tests sweep". Variables: SWEEP_WORKERS (16), SWEEP_ARGS (extra arguments), TP_WORKERS (16; several, e.g. "16 24": each in turn),
+# The default is "tests sweep". Variables: SWEEP_WORKERS (16), SWEEP_PROCESSES (1), SWEEP_ARGS (extra arguments),
+# TP_WORKERS (16; several, e.g. "16 24": each in turn), TP_PROCESSES (1; several, e.g. "1 4": each in turn),
 # TP_N (80 candidates).
 set -uo pipefail
 OUT=${OUT:-/tmp/kc-out}; mkdir -p "$OUT"
@@ -39,6 +40,22 @@ GPUS=$(nvidia-smi -L | wc -l)
   nvcc --version | tail -1; echo "cores $(nproc), gpus $GPUS, commit $(git rev-parse --short HEAD 2>/dev/null)"
   (ncu --version | tail -1) 2>&1; } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
+
+# PYSPY=SECONDS (with .whl/py_spy-*.whl carried): once a step's log shows the clock started, sample which Python
+# threads of the process under test hold the GIL (py-spy --gil, not pausing it) for that long: $OUT/NAME.gil.txt,
+# collapsed stacks, and NAME.all.txt, every thread busy or not, to tell a saturated GIL from idle waiting
+sample_gil() {  # sample_gil NAME PATTERN MARKER: after MARKER appears in NAME.log, sample the process matching PATTERN
+  local name=$1 pattern=$2 marker=$3 spy pid
+  spy=$(ls /tmp/pyspy/*/scripts/py-spy 2>/dev/null | head -1)
+  [ -z "$spy" ] && { mkdir -p /tmp/pyspy && python3 -m zipfile -e .whl/py_spy-*.whl /tmp/pyspy >/dev/null 2>&1
+    spy=$(ls /tmp/pyspy/*/scripts/py-spy 2>/dev/null | head -1); chmod +x "$spy" 2>/dev/null; }
+  [ -z "$spy" ] && { echo "py-spy: no wheel in .whl" > "$OUT/$name.gil.txt"; return; }
+  for _ in $(seq 600); do grep -q "$marker" "$OUT/$name.log" 2>/dev/null && break; sleep 1; done
+  sleep 20; pid=$(pgrep -f "^python3 $pattern" | head -1); [ -z "$pid" ] && return
+  "$spy" record --gil --nonblocking -r 50 -d "$PYSPY" -f raw -o "$OUT/$name.gil.txt" --pid "$pid" > "$OUT/$name.spy.log" 2>&1 &
+  "$spy" record --idle --nonblocking -r 50 -d "$PYSPY" -f raw -o "$OUT/$name.all.txt" --pid "$pid" >> "$OUT/$name.spy.log" 2>&1
+  wait
+}
 
 step() {  # step NAME SECONDS COMMAND...: run, keep the log, print its tail
   local name=$1 secs=$2; shift 2
@@ -59,7 +76,7 @@ for s in ${STEPS:-tests sweep}; do
       if [ -n "${SWEEP_RESUME:-}" ] && [ -f "$SWEEP_RESUME" ]; then cp "$SWEEP_RESUME" "$OUT/sweep.jsonl"
       elif [ -f "$STATE" ]; then cp "$STATE" "$OUT/sweep.jsonl"; fi
       TAIL=30 step sweep "${SWEEP_S:-500}" python3 bench/kernelbench_sweep.py --root "${KERNELBENCH:-$( [ -d shared/kernelbench ] && echo shared/kernelbench || echo ../shared/kernelbench)}" \
-        --device cuda --workers "${SWEEP_WORKERS:-16}" --out "$OUT/sweep.jsonl" \
+        --device cuda --workers "${SWEEP_WORKERS:-16}" --processes "${SWEEP_PROCESSES:-1}" --out "$OUT/sweep.jsonl" \
         --stop-after "${SWEEP_STOP:-$(( ${SWEEP_S:-500} - 100 ))}" ${SWEEP_ARGS:-}
       cp "$OUT/sweep.jsonl" "$STATE" 2>/dev/null ;;
     probe)
@@ -71,8 +88,9 @@ for s in ${STEPS:-tests sweep}; do
         --workers ${TP_WORKERS:-16} --candidates "${TP_N:-80}" --size 1048576 ;;
     realwork)
       root=$( [ -d shared/kernelbench ] && echo shared/kernelbench || echo ../shared/kernelbench)
+      [ -n "${PYSPY:-}" ] && sample_gil realwork "bench/throughput.py" "baselines kept before the clock" &
       TAIL=30 step realwork "${REAL_S:-450}" python3 bench/throughput.py --device cuda --gpus "$GPUS" \
-        --workers ${TP_WORKERS:-16} --candidates "${REAL_N:-64}" --kernelbench "$root" \
+        --workers ${TP_WORKERS:-16} --processes ${TP_PROCESSES:-1} --candidates "${REAL_N:-64}" --kernelbench "$root" \
         --tasks ${REAL_TASKS:-1/1 1/12 2/12 2/17 2/40 2/80 3/8 3/36} ${REAL_KEEP:+--keep-runs $REAL_KEEP} ;;
     fidelity)
       step fidelity "${FIDELITY_S:-200}" python3 bench/eval_timeline.py --device cuda --only gelu --repeat 5 \

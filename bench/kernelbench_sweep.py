@@ -257,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", default=str(ROOT.parent / "shared" / "kernelbench"))
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--processes", type=int, default=1,
+                        help="worker processes the pool spreads its workers over (LocalPool's processes)")
     parser.add_argument("--gpus", type=int, default=0, help="spread over this many GPUs (cuda)")
     parser.add_argument("--levels", type=int, nargs="*", default=None)
     parser.add_argument("--tasks", nargs="*", default=None, help="level1/19_ReLU, 19_ReLU or 1/19")
@@ -317,7 +319,8 @@ def _sweep(args: argparse.Namespace, requests: list[Any], todo: list[Any], out: 
     from gpu_workers.workers.pool import LocalPool
 
     evaluated = 0
-    with LocalPool(workers=args.workers, gpus=args.gpus) as pool, out.open("a", encoding="utf-8") as sink:
+    with LocalPool(workers=args.workers, gpus=args.gpus, processes=args.processes) as pool, \
+            out.open("a", encoding="utf-8") as sink:
         futures = {pool.submit(r): i for i, r in enumerate(requests)}
         pending = set(futures)
         stopping = False

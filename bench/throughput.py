@@ -156,6 +156,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--processes", type=int, nargs="+", default=[1],
+                        help="worker processes the local pool spreads its workers over (each count in turn)")
     parser.add_argument("--candidates", type=int, default=8, help="candidates per worker count (at least)")
     parser.add_argument("--rounds", type=int, default=0,
                         help="at least this many candidates per worker (a steady state after the first round)")
@@ -200,35 +202,32 @@ def main() -> int:
             return 1
     task = TASK if not args.size else TASK.replace('PROFILES = {"cpu": {"N": 1 << 16}, "cuda": {"N": 1 << 24}}',
                                                     f'PROFILES = {{"cpu": {{"N": {args.size}}}, "cuda": {{"N": {args.size}}}}}')
-    rates: dict[tuple[int, str], tuple[float, float | None]] = {}
+    rates: dict[tuple[int, int], tuple[float, float | None]] = {}
     offset = 0
-    modes = ["on"]  # children forked from the zygote (there is no other way in production)
     for workers in args.workers:
-        for mode in modes:
+        for processes in args.processes:
+            if processes > workers:
+                continue
             count = max(args.candidates, args.rounds * workers)
             label = (f"{workers} worker(s)" + (" through Ray" if args.pool == "ray" else "")
-                     + (f", children {'forked from the zygote' if mode == 'on' else 'started with python -m'}"
-                        if len(modes) > 1 else ""))
-            rates[(workers, mode)] = _batch(args, task, workers, offset, count, label)
+                     + (f" in {processes} processes" if processes > 1 else ""))
+            rates[(workers, processes)] = _batch(args, task, workers, offset, count, label, processes)
             offset += count
-        if len(modes) > 1:
-            print(f"zygote vs python -m children at {workers} worker(s): "
-                  f"{rates[(workers, 'on')][0] / rates[(workers, 'off')][0]:.2f}x", flush=True)
-    for mode in modes:
-        base, base_steady = rates[(args.workers[0], mode)]
-        for workers in args.workers:
-            rate, steady = rates[(workers, mode)]
-            after = (f" ({steady / base_steady:.2f}x after the first round: the first batch also pays for cold caches)"
-                     if steady and base_steady else "")
-            print(f"throughput at {workers} workers vs {args.workers[0]}"
-                  f"{' (zygote ' + mode + ')' if len(modes) > 1 else ''}: {rate / base:.2f}x{after}")
+    base_key = next(iter(rates))
+    base, base_steady = rates[base_key]
+    for (workers, processes), (rate, steady) in rates.items():
+        after = (f" ({steady / base_steady:.2f}x after the first round: the first batch also pays for cold caches)"
+                 if steady and base_steady else "")
+        print(f"throughput at {workers} workers in {processes} process(es) vs {base_key[0]} in {base_key[1]}: "
+              f"{rate / base:.2f}x{after}")
     return 0
 
 
 def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count: int,
-           label: str) -> tuple[float, float | None]:
-    """One batch of ``count`` distinct candidates through a pool of ``workers``; returns evaluations per
-    minute, overall and after the first round (None when there is too little to say)."""
+           label: str, processes: int = 1) -> tuple[float, float | None]:
+    """One batch of ``count`` distinct candidates through a pool of ``workers`` (spread over
+    ``processes`` worker processes, each warmed up before the clock); returns evaluations per minute,
+    overall and after the first round (None when there is too little to say)."""
     from gpu_workers import EvalRequest
     from gpu_workers.hardware import placement
     from gpu_workers.workers.pool import LocalPool, RayPool
@@ -255,6 +254,14 @@ def _batch(args: argparse.Namespace, task: str, workers: int, offset: int, count
             ready = pool.wait_ready()
             print(f"Ray actors started and warmed up before the clock: {time.perf_counter() - mark:.1f} s"
                   f"{'' if ready else ' (not all of them finished their warm-up)'}", flush=True)
+    elif processes > 1:
+        mark = time.perf_counter()
+        pool = LocalPool(workers=workers, gpus=args.gpus, processes=processes,
+                         warm=args.device if args.warm_up else None)
+        ready = pool.wait_ready()
+        print(f"{processes} worker processes started{' and warmed up' if args.warm_up else ''} before the clock: "
+              f"{time.perf_counter() - mark:.1f} s{'' if ready else ' (not all of them finished their warm-up)'}",
+              flush=True)
     else:
         pool = LocalPool(workers=workers, gpus=args.gpus)
     started = time.perf_counter()

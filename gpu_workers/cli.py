@@ -91,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     batch.add_argument("manifest")
     batch.add_argument("--out", default="-", help="JSONL results (default stdout)")
     batch.add_argument("--workers", type=int, default=1)
+    batch.add_argument("--processes", type=int, default=1,
+                       help="worker processes to spread the workers over (default 1: threads of this process)")
     batch.add_argument("--gpus", type=int, default=0)
     _add_common(batch)
     sub.add_parser("redteam", add_help=False, help="attack the evaluator with an OpenAI-compatible model "
@@ -162,7 +164,7 @@ def _batch(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     bar = tqdm(total=len(requests), file=sys.stderr, unit="kernel")
-    with LocalPool(workers=args.workers, gpus=args.gpus) as pool:
+    with LocalPool(workers=args.workers, gpus=args.gpus, processes=args.processes) as pool:
         for index, result in pool.as_completed(requests):
             out.write(json.dumps({**labels[index], **result.to_dict()}) + "\n")
             out.flush()

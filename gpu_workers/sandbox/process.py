@@ -12,6 +12,7 @@ child's exit status reaches us.
 from __future__ import annotations
 
 import hmac
+import mmap
 import os
 import select
 import signal
@@ -229,9 +230,9 @@ class Child:
         del self._buffer[:size]
         return data
 
-    def _read_raw(self, size: int, deadline: float) -> bytearray:
+    def _read_raw(self, size: int, deadline: float) -> bytearray | mmap.mmap:
         """A large buffer, read straight into place (what was buffered first, then readv)."""
-        out = bytearray(size)
+        out = wire.raw_buffer(size)
         have = min(size, len(self._buffer))
         out[:have] = self._buffer[:have]
         del self._buffer[:have]

@@ -193,8 +193,14 @@ class Zygote:
             time.sleep(0.02)
 
     def close(self) -> None:
-        """Closing the socket ends the zygote (and, with it, any child still running)."""
+        """Closing the socket ends the zygote (and, with it, any child still running). Shut down
+        first: a close alone leaves the connection open while the reader thread waits in recv on it,
+        and the zygote would see no end until ``wait``'s timeout killed it."""
         self._dead = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         try:
             self.sock.close()
         except OSError:

@@ -1,7 +1,8 @@
 """Worker pools with one interface: ``submit(request) -> Future[EvalResult]`` and ``map``.
 
-Every evaluation already runs its untrusted phases in child processes, so the local pool only needs
-threads to keep several evaluations in flight. The Ray pool places one evaluator actor per GPU.
+Every evaluation already runs its untrusted phases in child processes, so the local pool needs only
+threads to keep several evaluations in flight, in one process or spread over a few (``spread``). The
+Ray pool places one evaluator actor per GPU.
 """
 
 from __future__ import annotations
@@ -57,29 +58,71 @@ class _Pool:
 
 
 class LocalPool(_Pool):
-    """N evaluations at a time on this machine; GPU requests are spread over ``gpus``."""
+    """N evaluations at a time on this machine; GPU requests are spread over ``gpus``.
+
+    With ``processes`` > 1 the N evaluations run in that many worker processes, N/processes on
+    threads in each (``spread.ProcessSpread``): the parent's side of an evaluation is Python, and one
+    process runs Python on one core at a time. ``warm`` (``cuda`` or ``cpu``): each worker process
+    warms itself up for that device when it starts (``wait_ready`` waits for it)."""
 
     def __init__(self, workers: int = 1, gpus: int = 0,
-                 evaluate_fn: Callable[[EvalRequest], EvalResult] = _safe_evaluate):
+                 evaluate_fn: Callable[[EvalRequest], EvalResult] = _safe_evaluate, processes: int = 1,
+                 warm: str | None = None):
         if workers < 1:
             raise ValueError("workers must be at least 1")
+        if not 1 <= processes <= workers:
+            raise ValueError(f"processes must be between 1 and the workers ({workers}), not {processes}")
         from ..judge import limit_threads
 
         limit_threads()  # a worker judges many evaluations at once: one torch thread each
         self.workers = workers
         self.gpus = gpus
+        self.processes = processes
         self._evaluate = evaluate_fn
-        self._executor = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ka-eval")
         self._next_gpu = 0
+        self._spread = None
+        self._warming = None
+        gpu_list = list(range(gpus)) if warm == "cuda" and gpus else None
+        if processes > 1:
+            from .spread import ProcessSpread
+
+            self._spread = ProcessSpread(workers, processes, evaluate_fn, warm=warm, gpus=gpu_list)
+        else:
+            self._executor = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ka-eval")
+            if warm:
+                from .warmup import warm_up_in_background
+
+                self._warming = warm_up_in_background(warm, 0 if warm == "cuda" else None, who="local pool",
+                                                      references=-(-workers // max(gpus, 1)), gpus=gpu_list)
+
+    def wait_ready(self, timeout_s: float = 600.0) -> bool:
+        """Wait until the warm-up asked for has ended, in every worker process; returns whether it
+        ended within ``timeout_s``."""
+        if self._spread is not None:
+            return self._spread.wait_ready(timeout_s)
+        if self._warming is not None:
+            self._warming.join(timeout_s)
+            return not self._warming.is_alive()
+        return True
+
+    @property
+    def warm_ups(self) -> list[Any]:
+        """What each worker process's warm-up took (``spread.ProcessSpread.warm_ups``); [] in-process."""
+        return self._spread.warm_ups if self._spread is not None else []
 
     def submit(self, request: EvalRequest) -> cf.Future:
         if request.device == "cuda" and self.gpus and request.gpu_index is None:
             request.gpu_index = self._next_gpu % self.gpus
             self._next_gpu += 1
+        if self._spread is not None:
+            return self._spread.submit(request)
         return self._executor.submit(self._evaluate, request)
 
     def shutdown(self) -> None:
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        if self._spread is not None:
+            self._spread.shutdown(wait=True, cancel_futures=True)
+        else:
+            self._executor.shutdown(wait=True, cancel_futures=True)
 
 
 @contextlib.contextmanager

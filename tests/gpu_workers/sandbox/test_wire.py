@@ -3,6 +3,7 @@ hostile framing is refused."""
 
 from __future__ import annotations
 
+import gc
 import io
 import os
 import subprocess
@@ -56,6 +57,14 @@ def test_large_tensors_of_every_kind_cross_as_raw_bytes_and_come_back_equal():
     assert torch.equal(got["nested"]["x"][1], big["bool"])
     assert torch.equal(got["nested"]["x"][2], big["i64_strided"])
     assert torch.equal(got["small"], torch.ones(4)) and got["note"] == "ok"
+
+    # the received tensors own their bytes (mapped, not zero-filled up front): writable, and alive
+    # after the message and everything else of it is gone
+    kept = got["nested"]["x"][0]
+    del got
+    gc.collect()
+    kept += 1
+    assert torch.equal(kept, big["f64_2d"] + 1)
 
 
 def test_a_changed_byte_anywhere_fails_authentication():

@@ -201,3 +201,12 @@ def test_a_cpu_childs_heap_policy_is_its_zygotes_from_exec():
 
     assert _heap_probe({"GLIBC_TUNABLES": CPU_HEAP_TUNABLES}) == (20, True)  # no per-thread cache
     assert _heap_probe({})[1] is False  # the default zygote's children keep glibc's defaults
+
+
+def test_a_closed_zygote_ends_on_its_own_instead_of_being_killed():
+    """Its reader thread waits in recv on the socket: the close must still reach the zygote, which
+    then leaves by itself (a worker process's exit is not held up by a kill's timeout)."""
+    forker = zygote.Zygote(sandbox.scrubbed_env())
+    assert forker.alive
+    forker.close()
+    assert forker.proc.returncode == 0, forker.log_tail()

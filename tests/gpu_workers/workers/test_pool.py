@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from gpu_workers import EvalRequest
+from gpu_workers.schema import EvalResult, is_infrastructure
 from gpu_workers.workers.pool import LocalPool
 
 TASK = (Path(__file__).resolve().parents[1] / "hacks" / "tasks" / "scale_relu.py").read_text()
@@ -29,10 +32,59 @@ def _requests() -> list[EvalRequest]:
                         timing_budget_s=0.1, trials=2) for k in (right, wrong, right)]
 
 
-def test_local_pool_returns_each_verdict_in_request_order():
-    with LocalPool(workers=2) as pool:
+@pytest.mark.parametrize("processes", [1, 2])
+def test_local_pool_returns_each_verdict_in_request_order(processes, caplog):
+    caplog.set_level(logging.DEBUG, logger="gpu_workers.progress")
+    with LocalPool(workers=2, processes=processes) as pool:
         statuses = [r.status for r in pool.map(_requests())]
     assert statuses == ["passed", "incorrect", "passed"]
+    # each evaluation's live progress reaches this process's loggers, wherever it ran
+    marks = [r.getMessage() for r in caplog.records if r.name == "gpu_workers.progress"]
+    assert sum(m.endswith("judge: done") for m in marks) == 3
+
+
+def _fake_evaluate(request: EvalRequest) -> EvalResult:
+    """Evaluations in name only: "die" ends its worker process, "raise" raises, "wait:<path>" waits
+    until the file exists; each other answers its own name and process."""
+    name = request.task_name
+    if name == "die":
+        os._exit(3)
+    if name == "raise":
+        raise KeyError("no such thing")
+    if name.startswith("wait:"):
+        while not Path(name[5:]).exists():
+            time.sleep(0.01)
+    return EvalResult(status="passed", message=f"{name} {os.getpid()}")
+
+
+def _named(*names: str) -> list[EvalRequest]:
+    return [EvalRequest(task_source="", kernel_source="", device="cpu", task_name=n) for n in names]
+
+
+def test_a_worker_process_that_dies_fails_only_its_own_evaluations_as_infrastructure(tmp_path):
+    gate = tmp_path / "go"
+    with LocalPool(workers=2, processes=2, evaluate_fn=_fake_evaluate) as pool:
+        # one worker process holds the waiting evaluation; the other takes "die" and ends
+        waiting = pool.submit(_named(f"wait:{gate}")[0])
+        died = pool.submit(_named("die")[0]).result(timeout=60)
+        gate.touch()
+        survived = waiting.result(timeout=60)
+        after = [f.result(timeout=60) for f in [pool.submit(r) for r in _named("a", "b", "c")]]
+        with pytest.raises(RuntimeError, match="KeyError"):
+            pool.submit(_named("raise")[0]).result(timeout=60)
+    assert died.status == "runtime_error" and is_infrastructure(died.message)
+    assert "exit code 3" in died.message
+    assert survived.status == "passed" and survived.message.startswith("wait:")
+    # its place was taken: later evaluations run, in two processes again
+    assert [r.status for r in after] == ["passed"] * 3
+    assert os.getpid() not in {int(r.message.split()[-1]) for r in after}
+
+
+def test_worker_processes_need_a_function_they_can_import():
+    with pytest.raises(ValueError, match="module-level function"):
+        LocalPool(workers=2, processes=2, evaluate_fn=lambda request: EvalResult(status="passed"))
+    with pytest.raises(ValueError, match="processes"):
+        LocalPool(workers=2, processes=3)
 
 
 def test_ray_pool_runs_several_evaluations_per_actor():
