@@ -16,7 +16,8 @@ from training.rollout import AgentEnvironment, CollectSettings, SyntheticEnviron
 
 def make_evaluator_pool(evaluator: EvaluatorConfig) -> Any:
     """``gpu_workers.workers.pool.RayPool`` (one actor per GPU, joining ``$RAY_ADDRESS``) when
-    ``evaluator.use_ray``, else ``gpu_workers.workers.pool.LocalPool`` with ``evaluator.workers`` threads."""
+    ``evaluator.use_ray``, else ``gpu_workers.workers.pool.LocalPool`` with ``evaluator.workers`` threads
+    over ``evaluator.processes`` worker processes."""
     if evaluator.use_ray:
         from gpu_workers.workers.pool import (
             RayPool,  # it joins $RAY_ADDRESS, or says clearly that Ray is missing
@@ -25,7 +26,7 @@ def make_evaluator_pool(evaluator: EvaluatorConfig) -> Any:
         return RayPool(actors=None if evaluator.device == "cuda" else evaluator.workers)
     from gpu_workers.workers.pool import LocalPool
 
-    return LocalPool(workers=evaluator.workers)
+    return LocalPool(workers=evaluator.workers, processes=evaluator.processes)
 
 
 def make_environment(config: RunConfig, stage: StageConfig, tokenizer: Any, pool: Any) -> Any:

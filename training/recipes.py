@@ -148,6 +148,7 @@ class EvaluatorConfig:
     device: str = "cpu"
     track: str = "open"
     workers: int = 2
+    processes: int = 1  # the local pool's worker processes, the workers shared between them (LocalPool)
     timeout_s: float = 600.0
     use_ray: bool = False  # Ray evaluator actors, one per GPU; joins RAY_ADDRESS
     request: dict[str, Any] = field(default_factory=dict)  # extra EvalRequest fields (trials, baselines…)
@@ -159,6 +160,9 @@ class EvaluatorConfig:
     def __post_init__(self) -> None:
         if self.kind not in ("gpu_workers", "synthetic"):
             raise ValueError("evaluator.kind must be 'gpu_workers' or 'synthetic'")
+        if not 1 <= self.processes <= max(self.workers, 1):
+            raise ValueError(f"evaluator.processes must be between 1 and evaluator.workers ({self.workers}), "
+                             f"not {self.processes}")
 
 
 @dataclass
