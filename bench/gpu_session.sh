@@ -43,7 +43,8 @@ cat "$OUT/env.txt"
 
 # PYSPY=SECONDS (with .whl/py_spy-*.whl carried): once a step's log shows the clock started, sample which Python
 # threads of the process under test hold the GIL (py-spy --gil, not pausing it) for that long: $OUT/NAME.gil.txt,
-# collapsed stacks, and NAME.all.txt, every thread busy or not, to tell a saturated GIL from idle waiting
+# collapsed stacks, and NAME.active.txt, every thread not waiting in a system call; both folded into NAME.stacks.txt
+# (bench/fold_stacks.py: the share of instants the GIL was held tells a saturated interpreter from idle waiting)
 sample_gil() {  # sample_gil NAME PATTERN MARKER: after MARKER appears in NAME.log, sample the process matching PATTERN
   local name=$1 pattern=$2 marker=$3 spy pid
   spy=$(ls /tmp/pyspy/*/scripts/py-spy 2>/dev/null | head -1)
@@ -53,8 +54,10 @@ sample_gil() {  # sample_gil NAME PATTERN MARKER: after MARKER appears in NAME.l
   for _ in $(seq 600); do grep -q "$marker" "$OUT/$name.log" 2>/dev/null && break; sleep 1; done
   sleep 20; pid=$(pgrep -f "^python3 $pattern" | head -1); [ -z "$pid" ] && return
   "$spy" record --gil --nonblocking -r 50 -d "$PYSPY" -f raw -o "$OUT/$name.gil.txt" --pid "$pid" > "$OUT/$name.spy.log" 2>&1 &
-  "$spy" record --idle --nonblocking -r 50 -d "$PYSPY" -f raw -o "$OUT/$name.all.txt" --pid "$pid" >> "$OUT/$name.spy.log" 2>&1
+  "$spy" record --nonblocking -r 50 -d "$PYSPY" -f raw -o "$OUT/$name.active.txt" --pid "$pid" >> "$OUT/$name.spy.log" 2>&1
   wait
+  { python3 bench/fold_stacks.py "$OUT/$name.gil.txt" --rate 50 --seconds "$PYSPY"
+    python3 bench/fold_stacks.py "$OUT/$name.active.txt" --top 10; } > "$OUT/$name.stacks.txt" 2>&1
 }
 
 step() {  # step NAME SECONDS COMMAND...: run, keep the log, print its tail
