@@ -106,10 +106,6 @@ def _serve(conn: Any, threads: int, evaluate_fn: Callable[[EvalRequest], EvalRes
             executor.submit(run, *message)
 
 
-class WorkerDied(RuntimeError):
-    """A worker process ended while evaluations ran in it."""
-
-
 class _Worker:
     """One worker process and the pool's view of it: the jobs it holds, read back on a thread."""
 
@@ -244,8 +240,6 @@ class ProcessSpread:
                 for _, future, _ in self._waiting:
                     future.cancel()
                 self._waiting.clear()
-            else:  # started as threads free up: wait for them below
-                pass
         if wait:
             while True:
                 with self._lock:

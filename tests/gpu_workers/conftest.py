@@ -17,6 +17,20 @@ def _kernelbench_dir() -> Path:
     return inside if inside.is_dir() else REPO_ROOT.parent / "shared" / "kernelbench"
 
 
+@pytest.fixture(scope="session")
+def bench_module():
+    """``load(name)``: the script ``bench/<name>.py`` imported as a module (bench/ is no package)."""
+    import importlib.util
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "bench" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
+
+
 @pytest.fixture(scope="session", autouse=True)
 def kernelcourt_cache_dir():
     """One persistent cache (built extensions, baseline timings) for every test and every run.

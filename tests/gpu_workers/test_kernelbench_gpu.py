@@ -3,9 +3,6 @@ the plain KernelBench-style timing, and repeat (issue 20's bars). Runs on the GP
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -15,16 +12,8 @@ from gpu_workers.workers.pool import LocalPool
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-REPO = Path(__file__).resolve().parents[2]
 TASKS = ["level1/19_ReLU", "level1/23_Softmax", "level2/12_Gemm_Multiply_LeakyReLU", "level3/9_ResNet18",
          "level3/42_GRUBidirectionalHidden"]
-
-
-def _plain():
-    spec = importlib.util.spec_from_file_location("plain_timing", REPO / "bench" / "plain_timing.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +46,9 @@ def test_three_runs_of_a_task_agree_within_five_percent(runs):
     assert {k: r <= 1.05 for k, r in ratios.items()} == {t.key: True for t in tasks}, ratios
 
 
-def test_the_plain_method_agrees_with_the_evaluator(runs):
+def test_the_plain_method_agrees_with_the_evaluator(runs, bench_module):
     tasks, results = runs
-    plain = _plain()
+    plain = bench_module("plain_timing")
     for task, result in zip(tasks, results):
         source = task.path.read_text()
         measured = plain.plain_speedup(source, identity_candidate(source), "cuda")

@@ -1,7 +1,6 @@
 """bench/kernelbench_sweep.py on the CPU: two small tasks scaled down, rows as JSONL, resumable, a summary; and
 bench/host_overhead.py's stages."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,13 +11,6 @@ import pytest
 from gpu_workers.suite.kernelbench import baseline_times, identity_candidate, task_files
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _sweep():
-    spec = importlib.util.spec_from_file_location("kernelbench_sweep", REPO / "bench" / "kernelbench_sweep.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_task_files_by_level_and_filter(kernelbench):
@@ -44,8 +36,8 @@ def test_published_baselines_by_task(kernelbench):
 
 
 @pytest.mark.slow
-def test_sweep_smoke_on_the_cpu_resumes_and_summarizes(tmp_path, capsys, kernelbench):
-    sweep = _sweep()
+def test_sweep_smoke_on_the_cpu_resumes_and_summarizes(tmp_path, capsys, kernelbench, bench_module):
+    sweep = bench_module("kernelbench_sweep")
     out = tmp_path / "sweep.jsonl"
     args = ["--root", str(kernelbench), "--device", "cpu", "--max-elements", "4096", "--tasks", "level1/19_ReLU", "level1/23_Softmax",
             "--workers", "2", "--timing-budget", "0.05", "--trials", "2", "--out", str(out)]
