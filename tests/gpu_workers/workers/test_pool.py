@@ -35,7 +35,10 @@ def _requests() -> list[EvalRequest]:
 @pytest.mark.parametrize("processes", [1, 2])
 def test_local_pool_returns_each_verdict_in_request_order(processes, caplog):
     caplog.set_level(logging.DEBUG, logger="gpu_workers.progress")
-    with LocalPool(workers=2, processes=processes) as pool:
+    with LocalPool(workers=2, processes=processes, warm="cpu") as pool:
+        assert pool.wait_ready(300)  # warmed up as a worker is when it starts, in each worker process
+        assert all(isinstance(steps, dict) and "compile_child" in steps for steps in pool.warm_ups)
+        assert len(pool.warm_ups) == (processes if processes > 1 else 0)
         statuses = [r.status for r in pool.map(_requests())]
     assert statuses == ["passed", "incorrect", "passed"]
     # each evaluation's live progress reaches this process's loggers, wherever it ran
