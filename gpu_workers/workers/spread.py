@@ -127,13 +127,11 @@ class _Worker:
 
 class ProcessSpread:
     """``submit(request) -> Future[EvalResult]`` over ``processes`` worker processes sharing
-    ``workers`` threads between them; with ``warm`` (``cuda``, ``cpu``), each warms itself up for that
+    ``workers`` threads between them (1 <= processes <= workers: ``LocalPool`` checks); with ``warm`` (``cuda``, ``cpu``), each warms itself up for that
     device (on each of ``gpus``) when it starts."""
 
     def __init__(self, workers: int, processes: int, evaluate_fn: Callable[[EvalRequest], EvalResult],
                  warm: str | None = None, gpus: list[int] | None = None):
-        if processes < 1 or workers < processes:
-            raise ValueError(f"{processes} worker processes need at least as many workers, not {workers}")
         try:
             pickle.dumps(evaluate_fn)
         except Exception as exc:  # noqa: BLE001 - said plainly, not from inside a spawned process
@@ -147,10 +145,6 @@ class ProcessSpread:
         self._closing = False
         shares = [workers // processes + (i < workers % processes) for i in range(processes)]
         self._workers = [_Worker(self, share, i) for i, share in enumerate(shares)]
-
-    @property
-    def pids(self) -> list[int]:
-        return [w.process.pid for w in self._workers]
 
     def wait_ready(self, timeout_s: float = 600.0) -> bool:
         """Wait until every worker process has warmed up, up to ``timeout_s`` in all; returns whether
