@@ -127,8 +127,9 @@ class _Worker:
 
 class ProcessSpread:
     """``submit(request) -> Future[EvalResult]`` over ``processes`` worker processes sharing
-    ``workers`` threads between them (1 <= processes <= workers: ``LocalPool`` checks); with ``warm`` (``cuda``, ``cpu``), each warms itself up for that
-    device (on each of ``gpus``) when it starts."""
+    ``workers`` threads between them (1 <= processes <= workers: ``LocalPool`` checks); with
+    ``warm`` (``cuda``, ``cpu``), each warms itself up for that device (on each of ``gpus``) when it
+    starts."""
 
     def __init__(self, workers: int, processes: int, evaluate_fn: Callable[[EvalRequest], EvalResult],
                  warm: str | None = None, gpus: list[int] | None = None):
