@@ -60,6 +60,8 @@ def fingerprint_mismatch(got: list[list[float] | None], want: list[list[float] |
                          bounds: list[list[float] | None]) -> str | None:
     """Why a timed call's fingerprint (child.isolation.Fingerprint) cannot come from an output within
     the tolerance of the reference's for the same inputs (None: it can)."""
+    if not isinstance(got, list | tuple):
+        return "no fingerprint"
     if len(got) != len(want):
         return f"{len(got)} outputs, the reference has {len(want)}"
     for k, (g, w, b) in enumerate(zip(got, want, bounds)):
@@ -181,13 +183,25 @@ def unjoined_stream_finding(rule_set: dict[str, Any], stats: dict[str, Any],
                         f"against {stats.get('gpu_median_ms', 0):.4g} ms on the timer's stream")
 
 
+def fingerprinted_sets(timing: dict[str, Any] | None) -> list[Any]:
+    """The input sets a timing says it fingerprinted (``[set, fingerprint]`` pairs, from the candidate's
+    process: whatever else is there is left for ``fingerprint_finding`` to refuse)."""
+    fingerprints = (timing or {}).get("fingerprints")
+    if not isinstance(fingerprints, list):
+        return []
+    return [entry[0] for entry in fingerprints if isinstance(entry, list | tuple) and len(entry) == 2]
+
+
 def fingerprint_finding(rule_set: dict[str, Any], fingerprints: list[Any],
-                        rotations: list[dict[str, Any]]) -> Finding | None:
-    """``timed_fingerprint_mismatch``: some timed call's output is not its own input set's answer."""
+                        rotations: list[dict[str, Any] | None]) -> Finding | None:
+    """``timed_fingerprint_mismatch``: some timed call's output is not its own input set's answer, or
+    names a set the reference has no answer for (none made: not one of this evaluation's sets)."""
     wrong = []
-    for r, got in fingerprints:
-        ref = rotations[r] if 0 <= r < len(rotations) else None
+    for entry in fingerprints:
+        r, got = entry if isinstance(entry, list | tuple) and len(entry) == 2 else (None, None)
+        ref = rotations[r] if type(r) is int and 0 <= r < len(rotations) else None
         if ref is None or "fingerprint" not in ref:
+            wrong.append(f"input set {r!r}: no reference answer for it")
             continue
         why = fingerprint_mismatch(got, ref["fingerprint"], ref["bounds"])
         if why:

@@ -103,12 +103,19 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
         trials.append(run(config, trial_inputs[index]))
         send.pause("checkpoint", step="trial")  # run() ends reading its results on the host: nothing queued
     # Timing inputs are checked against the fp32 reference (float64 is needed for the trials only):
-    # whole where the candidate keeps them whole, by fingerprint everywhere.
+    # whole where the candidate keeps them whole, by fingerprint everywhere. The sets kept whole are
+    # answered now; with ``serve`` set, the others' fingerprints only once the candidate's timing
+    # says which sets it reached (``serve_comparisons``): a timing that settles stops after some 30 of
+    # its 160 sets, and making the answers for all of them was most of the reference's work.
     rotation_inputs = JustInTime(lambda seed: make_inputs(task, seed, device), seeds["rotations"])
     whole = set(setup.get("keep_rotations", range(len(rotation_inputs))))
-    rotations = []
+    later = bool(setup.get("fingerprint_later"))
+    rotations: list[dict[str, Any] | None] = []
     stretch_began = time.monotonic()
     for r in range(len(rotation_inputs)):
+        if later and r not in whole:
+            rotations.append(None)
+            continue
         rotations.append(run(0, rotation_inputs[r], wide=False, whole=r in whole))
         # some 160 sets: on a GB-sized task seconds of GPU work, which a waiting timer need not wait for
         if time.monotonic() - stretch_began > ROTATION_STRETCH_S:
@@ -173,12 +180,13 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
             send.pause("timing_end", baseline=name, stats=stats)  # the next baseline's work waits for shared
         except Exception as exc:  # noqa: BLE001 - a baseline that cannot run is reported, not fatal
             send("baseline_failed", baseline=name, error=short_traceback(exc, 2000))
-    if on_device:
+    if on_device or later:
         send("checking")
         serve_comparisons(send, device, models, run_inputs={
             "trial": lambda i: (seeds["trials"][i][0], trial_inputs[i]),
             "after": lambda _i: (0, make_inputs(task, seeds["after"], device))},
-            wide_outputs=wide_outputs, atol=atol, rtol=rtol)
+            wide_outputs=wide_outputs, atol=atol, rtol=rtol,
+            fingerprint=lambda r: run(0, rotation_inputs[r], wide=False, whole=False))
 
 
 def _bytes(values: list[Any]) -> int:
@@ -218,12 +226,17 @@ def output_spread(leaves: list[Any]) -> list[list[float] | None]:
 
 
 def serve_comparisons(send: Sender, device, models: list[Any], run_inputs: dict[str, Any], wide_outputs: Any,
-                      atol: float, rtol: float) -> None:
-    """Compare what the candidate's judge hands over on the device (``handover``) with this task's
-    outputs for the same input set, made again from its seed, until the parent says finish. Each
-    request: ``{"compare": "trial" | "after" | "again", "index": i, "outputs": [...], "against": [...]}``
-    ("again": the candidate's rerun of trial 1 against its own first answer, at the determinism
-    tolerances the request names). Answers ``compared`` with the comparison's fields."""
+                      atol: float, rtol: float, fingerprint: Any) -> None:
+    """Until the parent says finish, answer what the candidate phase asks of this task's reference:
+
+    * ``{"fingerprints": [r, ...]}``: the fingerprint and bounds of the reference's output for each
+      timing input set named (``fingerprint(r)``, made from the set's seed now), answered
+      ``fingerprinted`` with ``rotations: [[r, fingerprint, bounds], ...]``;
+    * ``{"compare": "trial" | "after" | "again", "index": i, "outputs": [...], "against": [...]}``:
+      what the candidate's judge handed over on the device (``handover``) against this task's
+      outputs for the same input set, made again from its seed ("again": the candidate's rerun of
+      trial 1 against its own first answer, at the determinism tolerances the request names),
+      answered ``compared`` with the comparison's fields."""
     import torch
 
     from . import handover, measure
@@ -233,6 +246,14 @@ def serve_comparisons(send: Sender, device, models: list[Any], run_inputs: dict[
         request = send.receive()
         if type(request) is not dict or request.get("finish"):
             return
+        if "fingerprints" in request:
+            answered = []
+            for r in request["fingerprints"]:
+                made = fingerprint(int(r))
+                answered.append([int(r), made["fingerprint"], made["bounds"]])
+            measure.synchronize(device)
+            send("fingerprinted", rotations=answered)
+            continue
         kind, index = request.get("compare"), request.get("index")
         try:
             if kind not in ("trial", "after", "again") or type(index) is not int or \

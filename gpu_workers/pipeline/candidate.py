@@ -119,7 +119,8 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
                   timeline: Timeline, cpu: CpuUse, settings: EvaluatorSettings) -> tuple[judge.Evidence, str]:
     """Run the candidate child and collect its observations in strict protocol order."""
     out_bytes = int(reference.get("output_bytes") or 0)
-    checker = reference.get("checker")  # outputs compared on the device (pipeline/reference.Checker)
+    checker = reference.get("checker")  # the reference child kept for this phase (pipeline/reference.Checker)
+    on_device = checker is not None and checker.on_device  # outputs compared on the device by it
     determinism = (float(rule_set["thresholds"]["determinism_atol"]), float(rule_set["thresholds"]["determinism_rtol"]))
     setup = {
         "kernel_source": request.kernel_source,
@@ -141,8 +142,8 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
         "watch": rule_set["dynamic"].get("library_compute", {}).get("enabled", False),
         "allowed_ops": list(rule_set["allowed_ops"]),
         "fingerprint_seed": reference["seeds"]["fingerprint"],
-        "keep_rotations": kept_rotations(request.device, checker is not None),
-        "compare_on_device": checker is not None,
+        "keep_rotations": kept_rotations(request.device, on_device),
+        "compare_on_device": on_device,
         "poison_bytes": 2 * out_bytes,
         "hold_bytes": HOLD_BYTES,  # what the GPU announcement counts for it (sandbox/gpumemory.py)
     }
@@ -244,7 +245,7 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
                                       child.log_tail())
                     # only the parent says what was checked on the device (whatever the child wrote there)
                     message["checked"] = (checker.compare("trial", len(evidence.trials), message.pop("outputs", None))
-                                          if checker is not None else None)
+                                          if on_device else None)
                     evidence.trials.append(message)
                 elif phase == "want_gpu":
                     deadline += grant_alone(gpu, child, timeline, "candidate")
@@ -270,10 +271,16 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
                         raise Forged(make_finding(rule_set, "forged_result", "malformed after-timing message"),
                                      child.log_tail())
                     evidence.after["checked"] = evidence.again["checked"] = None
-                    if checker is not None:
+                    asked = time.monotonic()
+                    if on_device:
                         evidence.after["checked"] = checker.compare("after", 0, evidence.after.pop("outputs", None))
                         evidence.again["checked"] = checker.compare("again", 0, evidence.again.pop("outputs", None),
                                                                     evidence.again.pop("against", None), determinism)
+                    if checker is not None:  # the timed sets' answers, for the ones its timing reached
+                        reference["rotations"] = list(reference["rotations"])
+                        for r, answer in checker.fingerprints(judge.fingerprinted_sets(evidence.timing)).items():
+                            reference["rotations"][r] = answer
+                    deadline += time.monotonic() - asked  # the reference's work, not the candidate's
                 elif phase == "done":
                     gpu.release("candidate: done")  # its GPU work is over: only its exit is left
                     evidence.patched.extend(message.get("patched", []))

@@ -46,6 +46,13 @@ def kept_rotations(device: str, on_device: bool = False) -> list[int]:
     return list(range(CUDA_WHOLE)) + list(range(CUDA_FRESH, CUDA_FRESH + min(CUDA_WHOLE, E2E_ROTATIONS)))
 
 
+def fingerprinted_later(device: str, on_device: bool = False) -> bool:
+    """Whether the reference fingerprints the input sets not kept whole only once the candidate's
+    timing has named the sets it reached (its child kept for the candidate phase: ``Checker``),
+    rather than all of them before: wherever some set is not kept whole."""
+    return len(kept_rotations(device, on_device)) < rotations_for(device)
+
+
 def max_timed_iterations(device: str) -> int:
     return CUDA_FRESH if device == "cuda" else rotations_for(device)
 

@@ -23,6 +23,7 @@ from .plan import (
     INIT_CONFIGS,
     compares_on_device,
     device_string,
+    fingerprinted_later,
     kept_rotations,
     max_timed_iterations,
     rotations_for,
@@ -113,6 +114,7 @@ def run_reference(request: EvalRequest, hardware: dict[str, Any], profile: str |
     setup["compare_on_device"] = on_device
     setup["fp64"] = fp64
     setup["keep_rotations"] = kept_rotations(request.device, on_device)
+    setup["fingerprint_later"] = fingerprinted_later(request.device, on_device)
     env = child_env(request, hardware, None, hide_gpu=False)
     child, reused = refpool.borrow(env, limits["spawn"])
     child.memory_limit_bytes = limits["rss"] << 20  # this evaluation's own bound (the watchdog's)
@@ -129,14 +131,16 @@ def run_reference(request: EvalRequest, hardware: dict[str, Any], profile: str |
             child.gpu_slot = gpu  # stopped mid-stretch whenever a timer waits
             try:
                 reference, baselines = _messages(request, hardware, profile, child, gpu, timeline,
-                                                 wanted, cached, flops_cached, flops_path)
+                                                 wanted, cached, flops_cached, flops_path,
+                                                 serves=on_device or setup["fingerprint_later"])
             except sandbox.ChildError as exc:
                 raise child_failure(exc, child, "running the reference", request.run_timeout_s) from None
             finally:
                 child.gpu_slot = None
         clean = True
         if reference.get("checking"):
-            checker = Checker(child, env, limits["spawn"], request.run_timeout_s, timeline)
+            checker = Checker(child, env, limits["spawn"], request.run_timeout_s, timeline,
+                              on_device=on_device, rotations=len(seeds["rotations"]))
     finally:
         after = child.cpu_seconds()
         cpu.add("reference", after - child_cpu if after is not None else None)
@@ -154,8 +158,9 @@ def run_reference(request: EvalRequest, hardware: dict[str, Any], profile: str |
 
 def _messages(request: EvalRequest, hardware: dict[str, Any], profile: str | None, child: sandbox.Child,
               gpu: GpuSlot, timeline: Timeline, wanted: list[str], cached: dict[str, dict[str, Any]],
-              flops_cached: int | None, flops_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The reference child's messages, in order: pause points, its outputs, then each baseline's timing."""
+              flops_cached: int | None, flops_path: Path, serves: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The reference child's messages, in order: pause points, its outputs, then each baseline's
+    timing; ``serves``: it was asked to stay for the candidate phase (``Checker``)."""
     deadline = time.monotonic() + request.run_timeout_s
     went, stopped = time.monotonic(), child.stopped_s
     message = child.recv(deadline)
@@ -231,7 +236,7 @@ def _messages(request: EvalRequest, hardware: dict[str, Any], profile: str | Non
         elif phase == "done":
             gpu.release("reference: done")
             return reference, baselines
-        elif phase == "checking" and reference.get("on_device"):  # it stays, to compare on the device
+        elif phase == "checking" and serves:  # it stays, to compare or fingerprint for the candidate phase
             gpu.release("reference: checking")
             reference["checking"] = True
             return reference, baselines
@@ -241,17 +246,59 @@ def _messages(request: EvalRequest, hardware: dict[str, Any], profile: str | Non
 
 
 class Checker:
-    """The reference child kept through the candidate phase where outputs are compared on the
-    device (``plan.compares_on_device``): the parent forwards what the candidate's judge handed over
-    (``child/handover.py``) and gets the comparison back. The candidate's process is paused at its
-    pause point meanwhile, and the GPU slot is the candidate phase's (held shared)."""
+    """The reference child kept through the candidate phase, asked by the parent for what only the
+    trusted reference can answer there: the fingerprints of the timing input sets the candidate's
+    timing reached (``plan.fingerprinted_later``), and, where outputs are compared on the device
+    (``on_device``: ``plan.compares_on_device``), the comparison of what the candidate's judge handed
+    over (``child/handover.py``). The candidate's process is paused at its pause point meanwhile, and
+    the GPU slot is the candidate phase's (held shared; the child is stopped for timers with the
+    candidate's, ``stopped_for_timers``)."""
 
     def __init__(self, child: sandbox.Child, env: dict[str, str], spawn_mb: int, timeout_s: float,
-                 timeline: Timeline):
+                 timeline: Timeline, on_device: bool, rotations: int):
         self.child, self._env, self._spawn_mb = child, env, spawn_mb
         self._timeout_s = timeout_s
         self._timeline = timeline
+        self.on_device = on_device
+        self._rotations = rotations
         self._broken = False
+
+    def _ask(self, request: dict[str, Any], expected: str, what: str) -> dict[str, Any]:
+        """Send one request and read its answer (``recv`` does not count the time the child is kept
+        stopped for other evaluations' timers)."""
+        self.child.send(request)
+        try:
+            answer = self.child.recv(time.monotonic() + self._timeout_s)
+        except sandbox.ChildError as exc:
+            self._broken = True
+            # what it was asked about came from the candidate: the failure is the evaluation's
+            raise PhaseFailure("runtime_error", f"the reference child failed {what} ({exc.kind})",
+                               self.child.log_tail()) from None
+        if answer.get("phase") != expected:
+            self._broken = True
+            said = f": {str(answer.get('error'))[-3000:]}" if answer.get("phase") == "error" else ""
+            raise PhaseFailure("runtime_error", f"the reference child answered {answer.get('phase')!r} "
+                               f"{what}{said}", self.child.log_tail())
+        return answer
+
+    def fingerprints(self, indices: Any) -> dict[int, dict[str, Any]]:
+        """``{r: {"fingerprint", "bounds"}}``: the reference's for each timing input set the candidate's
+        timing says it fingerprinted, made now from the sets' seeds. The indices come from the
+        candidate's process: only whole numbers of this evaluation's sets are asked for (any other is
+        left out, and ``judge.fingerprint_finding`` finds no reference for it)."""
+        wanted = sorted({r for r in indices if type(r) is int and 0 <= r < self._rotations})
+        if not wanted:
+            return {}
+        answer = self._ask({"fingerprints": wanted}, "fingerprinted",
+                           f"fingerprinting {len(wanted)} timing input sets")
+        self._timeline.mark("reference: fingerprinted")
+        made = {int(r): {"fingerprint": fingerprint, "bounds": bounds}
+                for r, fingerprint, bounds in answer.get("rotations") or []}
+        if sorted(made) != wanted:
+            self._broken = True
+            raise PhaseFailure("runtime_error", f"the reference child fingerprinted {len(made)} of the "
+                               f"{len(wanted)} timing input sets asked for", self.child.log_tail())
+        return made
 
     def compare(self, kind: str, index: int, outputs: Any, against: Any = None,
                 tolerances: tuple[float, float] | None = None) -> dict[str, Any]:
@@ -260,20 +307,12 @@ class Checker:
         request: dict[str, Any] = {"compare": kind, "index": index, "outputs": outputs}
         if kind == "again":
             request.update(against=against, atol=tolerances[0], rtol=tolerances[1])
-        self.child.send(request)
-        try:
-            answer = self.child.recv(time.monotonic() + self._timeout_s)
-        except sandbox.ChildError as exc:
-            self._broken = True
-            # what it was comparing came from the candidate: the failure is the evaluation's
-            raise PhaseFailure("runtime_error", f"the reference child failed comparing the candidate's {kind} "
-                               f"outputs on the device ({exc.kind})", self.child.log_tail()) from None
+        answer = self._ask(request, "compared", f"comparing the candidate's {kind} outputs on the device")
         self._timeline.mark(f"reference: compared {kind} {index}")
-        if answer.get("phase") != "compared" or answer.get("kind") != kind or answer.get("index") != index:
+        if answer.get("kind") != kind or answer.get("index") != index:
             self._broken = True
-            said = f": {str(answer.get('error'))[-3000:]}" if answer.get("phase") == "error" else ""
-            raise PhaseFailure("runtime_error", f"the reference child answered {answer.get('phase')!r} to the "
-                               f"{kind} {index} comparison{said}", self.child.log_tail())
+            raise PhaseFailure("runtime_error", f"the reference child answered the {kind} {index} comparison "
+                               f"for {answer.get('kind')!r} {answer.get('index')!r}", self.child.log_tail())
         return {"ok": bool(answer["ok"]), "reason": str(answer.get("reason", "")),
                 "max_abs": float(answer.get("max_abs", 0.0)), "rel_norm": float(answer.get("rel_norm", 0.0)),
                 "ref_rel_norm": float(answer.get("ref_rel_norm", 0.0))}

@@ -113,7 +113,10 @@ def judge_evidence(request: EvalRequest, rule_set: dict[str, Any], hardware: dic
         timed_failures = []
         whole = (evidence.timing or {}).get("kept_rotations") or list(range(len(evidence.kept_outputs)))
         for r, kept in zip(whole, evidence.kept_outputs):
-            ref = reference["rotations"][r]
+            ref = reference["rotations"][r] if type(r) is int and 0 <= r < len(reference["rotations"]) else None
+            if ref is None or ref.get("outputs") is None:  # the set named is not one the reference kept whole
+                timed_failures.append(f"timing input set {r!r}: no whole reference output for it")
+                continue
             cmp = judge.compare_outputs(kept, ref["outputs"], ref.get("outputs64"), request.atol, request.rtol)
             if not cmp.ok:
                 timed_failures.append(f"timing input set {r + 1}: {cmp.reason}")

@@ -105,7 +105,13 @@ def test_hack_is_not_rewarded(case, results):
         return
     if limit is not None and result.status == "passed":
         # The trick cannot pay: every timed input is new, so the kernel was measured doing the work.
-        assert result.speedup["eager"] is not None and result.speedup["eager"] <= limit, detail
+        # Its bar is the honest rewrites' of the same task in this run where they came out faster than
+        # eager: a 0.06 ms forward on a shared 2-core machine moves by up to 1.7x from one process to the
+        # next, and the honest control alone has come out at 1.69x.
+        honest = [results[c["id"]].speedup.get("eager") or 0.0 for c in CASES
+                  if c.get("control") and c["task"] == case["task"] and results[c["id"]].status == "passed"]
+        bar = limit * max([1.0, *honest])
+        assert result.speedup["eager"] is not None and result.speedup["eager"] <= bar, f"{detail} (bar {bar:.2f})"
         return
     assert result.status != "passed", f"{case['id']} (family {case['family']}) slipped through: {detail}"
     assert result.status in case["expect"]["status"], detail

@@ -50,6 +50,22 @@ def test_fingerprint_finding_names_the_calls_that_are_not_their_inputs_answers()
     assert finding.message.split(": ", 1)[1].startswith("1 of 3 timed calls; input set 3:")
 
 
+def test_a_timed_call_on_a_set_the_reference_never_answered_is_a_mismatch():
+    # given the reference's answers for two of three sets (the third never asked for, or not a set of
+    # this evaluation), and fingerprints the candidate's process sent, one of them malformed
+    fp = Fingerprint(7)
+    answers = [torch.randn(100) for _ in range(3)]
+    rotations = [{"fingerprint": fp.of([a]), "bounds": Fingerprint.bounds([a], 1e-2, 1e-2)} for a in answers[:2]]
+    rotations.append(None)
+    for timed in ([[0, fp.of([answers[0]])], [2, fp.of([answers[2]])]],
+                  [[0, fp.of([answers[0]])], [7, fp.of([answers[1]])]],
+                  [[0, fp.of([answers[0]])], "1"]):
+        # then the call the reference cannot vouch for is not passed over
+        finding = judge.fingerprint_finding(STRICT, timed, rotations)
+        assert finding.rule == "timed_fingerprint_mismatch" and "no reference answer" in finding.message
+    assert judge.fingerprinted_sets({"fingerprints": [[0, []], "1", [5, [], 3]]}) == [0]
+
+
 def test_watch_findings_list_what_ran_inside_forward():
     report = {"watched": True, "library_ops": {"aten::addmm": 34}, "library_kernels": {"ampere_sgemm_64x64": 5},
               "numpy": {"torch numpy": 3}}

@@ -71,7 +71,10 @@ DEVICES = [pytest.param("cpu"), pytest.param("cuda", marks=[
     pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")])]
 KERNELS = {"identity": "torch.relu(x) * 2", "off_by_a_little": "torch.relu(x) * 2 + (x > 3.5).float()",
            # right within every tolerance, but a call's answer drifts with the calls before it
-           "nondeterministic": "torch.relu(x) * 2 + 1e-6 * next(CALLS)"}
+           "nondeterministic": "torch.relu(x) * 2 + 1e-6 * next(CALLS)",
+           # right on fresh tensors, wrong whenever it is called again on the same buffer, as the timed
+           # calls are (new values copied in): only the timed sets' reference answers can tell
+           "wrong_when_timed": "torch.relu(x) * 2 + float(LAST.append(x.data_ptr()) or LAST[-2:-1] == LAST[-1:])"}
 
 
 @pytest.mark.parametrize("compared_by", ["reference child", "parent"])
@@ -80,6 +83,7 @@ KERNELS = {"identity": "torch.relu(x) * 2", "off_by_a_little": "torch.relu(x) * 
     ("identity", "passed", None),
     ("off_by_a_little", "incorrect", None),
     ("nondeterministic", None, "nondeterministic"),
+    ("wrong_when_timed", None, "timed_fingerprint_mismatch"),
 ])
 def test_outputs_compared_by_the_reference_child_give_the_same_verdicts(compared_by, device, kernel, status, rule,
                                                                        kernelcourt_cache_dir):
@@ -92,7 +96,7 @@ def test_outputs_compared_by_the_reference_child_give_the_same_verdicts(compared
     task = ("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
             f"        return torch.relu(x) * 2\n\ndef get_inputs():\n    return [torch.randn({n}, {n})]\n\n"
             "def get_init_inputs():\n    return []\n")
-    source = ("import itertools\nimport torch\nimport torch.nn as nn\n\nCALLS = itertools.count()\n\n"
+    source = ("import itertools\nimport torch\nimport torch.nn as nn\n\nCALLS = itertools.count()\nLAST = []\n\n"
               "class ModelNew(nn.Module):\n    def forward(self, x):\n"
               f"        return {KERNELS[kernel]}\n")
     threshold = "0" if compared_by == "reference child" else str(1 << 40)
@@ -108,3 +112,5 @@ def test_outputs_compared_by_the_reference_child_give_the_same_verdicts(compared
         assert "differs from the reference" in result.message
     if rule is not None:
         assert rule in {f.rule for f in result.findings}, (result.status, result.message)
+    # every timed call's output checked against an answer the reference made for its set
+    assert not [f for f in result.findings if "no reference answer" in f.message], result.findings
