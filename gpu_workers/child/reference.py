@@ -104,7 +104,7 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
         send.pause("checkpoint", step="trial")  # run() ends reading its results on the host: nothing queued
     # Timing inputs are checked against the fp32 reference (float64 is needed for the trials only):
     # whole where the candidate keeps them whole, by fingerprint everywhere. The sets kept whole are
-    # answered now; with ``serve`` set, the others' fingerprints only once the candidate's timing
+    # answered now; with ``fingerprint_later`` set, the others' fingerprints only once the candidate's timing
     # says which sets it reached (``serve_comparisons``): a timing that settles stops after some 30 of
     # its 160 sets, and making the answers for all of them was most of the reference's work.
     rotation_inputs = JustInTime(lambda seed: make_inputs(task, seed, device), seeds["rotations"])
@@ -117,7 +117,7 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
             rotations.append(None)
             continue
         rotations.append(run(0, rotation_inputs[r], wide=False, whole=r in whole))
-        # some 160 sets: on a GB-sized task seconds of GPU work, which a waiting timer need not wait for
+        # up to 160 sets: on a GB-sized task seconds of GPU work, which a waiting timer need not wait for
         if time.monotonic() - stretch_began > ROTATION_STRETCH_S:
             measure.synchronize(device)
             send.pause("checkpoint", step="rotations")
@@ -181,6 +181,12 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
         except Exception as exc:  # noqa: BLE001 - a baseline that cannot run is reported, not fatal
             send("baseline_failed", baseline=name, error=short_traceback(exc, 2000))
     if on_device or later:
+        # It stays beside the candidate, whose room the announcement counts apart from this child's:
+        # what the baselines left cached (a compiled graph's workspace, a CUDA graph's pool) goes first.
+        fn = buffers = None
+        gc.collect()
+        if torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
         send("checking")
         serve_comparisons(send, device, models, run_inputs={
             "trial": lambda i: (seeds["trials"][i][0], trial_inputs[i]),
