@@ -98,6 +98,7 @@ def _evaluate_once(request: EvalRequest, settings: EvaluatorSettings) -> EvalRes
         announced = taskbudget.announced_bytes(request, sizing, kept, hardware, on_device)
         budget["sizing"] = {k: sizing[k] for k in ("constants", "bytes", "error") if k in sizing}
         budget["memory"] = {"limits_mb": limits, "announced": announced, "admitted": False, "on_device": on_device}
+        taskbudget.fits_host(request, sizing, kept, on_device)
         budget["memory"].update(admission.enter_context(taskbudget.admitted(hardware, announced["total"],
                                                                                  settings.gpu_memory_wait_s)))
         timeline.mark("gpu memory: admitted" if budget["memory"]["admitted"] else "gpu memory: not counted")

@@ -204,17 +204,17 @@ def evaluation_bytes(task_bytes: dict[str, Any], kept: int, fp64: bool = True) -
     return {"reference": reference, "candidate": candidate, "total": reference + candidate}
 
 
-def host_limit_mb(task_bytes: dict[str, Any], trials: int, kept: int, device: str, on_device: bool = False,
-                  floor_mb: int = 4096) -> int:
-    """A child's memory limit (RSS; the address space too on the CPU) from the task's own bytes: on
-    the CPU everything an evaluation holds is host memory (as ``evaluation_bytes`` counts it for one
-    child) beside the outputs it reports; on a GPU a child's host memory holds the outputs it reports
-    (the reference every trial's in fp32 and fp64, each kept timed set's, the one after timing; none
-    where outputs are compared on the device, ``on_device``) and the parameters: both children build
-    their models on the CPU before moving them, so the candidate holds the two configurations' state
-    dicts it was sent while one model of its own is on the host (three times the parameters; the
-    reference's state dicts are its models' own CPU tensors, two). Twice that with a floor for the
-    interpreter, torch and the compilers: a bound that follows the task, not a flat 16 GiB."""
+def host_bytes(task_bytes: dict[str, Any], trials: int, kept: int, device: str,
+               on_device: bool = False) -> dict[str, int]:
+    """What one evaluation holds in host memory, from the task's own bytes: ``child``, each child at
+    most (on the CPU everything an evaluation holds is host memory, as ``evaluation_bytes`` counts it
+    for one child, beside the outputs it reports; on a GPU the outputs it reports (the reference
+    every trial's in fp32 and fp64, each kept timed set's, the one after timing; none where outputs
+    are compared on the device, ``on_device``) and the parameters: both children build their models
+    on the CPU before moving them, so the candidate holds the two configurations' state dicts it was
+    sent while one model of its own is on the host, three times the parameters; the reference's
+    state dicts are its models' own CPU tensors, two), and ``reported``, the outputs the children
+    send, which the parent holds once they have arrived."""
     inputs = int(task_bytes.get("input_bytes", 0))
     outputs = int(task_bytes.get("output_bytes", 0))
     params = int(task_bytes.get("parameter_bytes", 0))
@@ -225,4 +225,13 @@ def host_limit_mb(task_bytes: dict[str, Any], trials: int, kept: int, device: st
         held = max(each["reference"], each["candidate"]) - CONTEXT_BYTES + reported
     else:
         held = reported + 3 * params + 2 * inputs
+    return {"child": held, "reported": reported}
+
+
+def host_limit_mb(task_bytes: dict[str, Any], trials: int, kept: int, device: str, on_device: bool = False,
+                  floor_mb: int = 4096) -> int:
+    """A child's memory limit (RSS; the address space too on the CPU): twice what it holds
+    (``host_bytes``) with a floor for the interpreter, torch and the compilers: a bound that follows
+    the task, not a flat 16 GiB."""
+    held = host_bytes(task_bytes, trials, kept, device, on_device)["child"]
     return max(floor_mb, int(2 * held) >> 20)

@@ -109,6 +109,48 @@ def ledger_for(hardware: dict[str, Any]) -> gpumemory.GpuLedger | None:
     return gpumemory.GpuLedger(slot_name(hardware), capacity, cache_root() / "locks")
 
 
+def machine_memory_bytes() -> int | None:
+    """This machine's memory as its processes can have it: the physical memory, or the cgroup's
+    limit where that is lower (None where neither can be read)."""
+    import os
+
+    sizes: list[int] = []
+    try:
+        sizes.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max", encoding="ascii") as handle:
+            text = handle.read().strip()
+        if text.isdigit():
+            sizes.append(int(text))
+    except OSError:
+        pass
+    return min(sizes) if sizes else None
+
+
+def fits_host(request: EvalRequest, sizing: dict[str, Any], kept: int, on_device: bool = False,
+              machine_bytes: int | None = None) -> None:
+    """On the CPU, where everything an evaluation holds is host memory, refuse at once a task whose
+    two children and the outputs they report cannot fit this machine's memory (``gpumemory.host_bytes``)
+    rather than run it into the system's out-of-memory killer, which may end a neighbour's processes
+    too. Raises PhaseFailure with the bytes and the way out (``max_elements``). A task not measured on
+    the meta device, or an explicit ``memory_limit_mb``, is the operator's to bound."""
+    if request.device != "cpu" or request.memory_limit_mb or not sizing.get("bytes"):
+        return
+    machine = machine_bytes if machine_bytes is not None else machine_memory_bytes()
+    if not machine:
+        return
+    held = gpumemory.host_bytes(sizing["bytes"], request.trials, kept, request.device, on_device)
+    need = 2 * held["child"] + held["reported"]
+    if need > machine:
+        raise PhaseFailure("runtime_error", f"the task does not fit this machine's memory: an evaluation on the CPU "
+                           f"holds about {need / 1e9:.1f} GB (the reference and the candidate child "
+                           f"{held['child'] / 1e9:.1f} GB each, the outputs they report {held['reported'] / 1e9:.1f} GB) "
+                           f"and the machine has {machine / 1e9:.1f} GB; scale the task down with max_elements "
+                           f"(--max-elements), or give an explicit memory limit to run it anyway")
+
+
 @contextmanager
 def admitted(hardware: dict[str, Any], nbytes: int, wait_s: float) -> Iterator[dict[str, Any]]:
     """Hold this evaluation's announced GPU bytes on its GPU's ledger while it runs (waiting up to

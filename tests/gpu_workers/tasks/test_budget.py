@@ -11,7 +11,8 @@ import torch
 
 from gpu_workers import EvalRequest, evaluate
 from gpu_workers.hardware import hardware_info
-from gpu_workers.tasks.budget import memory_limits, neighbour_oom, task_sizing
+from gpu_workers.tasks import budget
+from gpu_workers.tasks.budget import fits_host, memory_limits, neighbour_oom, task_sizing
 
 needs_gpu = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 GIB = 1 << 30
@@ -76,6 +77,35 @@ def test_limits_follow_the_task_unless_given():
     small = memory_limits(_request(TASK), {"bytes": {"input_bytes": 1 << 20}}, kept=24)
     assert small == {"rss": 4096, "spawn": 16384}
     assert memory_limits(_request(TASK, memory_limit_mb=2048), sizing, 5) == {"rss": 2048, "spawn": 2048}
+
+
+def test_a_cpu_task_larger_than_the_machine_is_refused_with_its_bytes_before_any_child_runs():
+    from gpu_workers.build.compile import PhaseFailure
+
+    sizing = {"bytes": {"input_bytes": GIB, "output_bytes": GIB, "parameter_bytes": 0}}
+    with pytest.raises(PhaseFailure, match=r"does not fit this machine's memory: .* GB .* the machine has 8\.6 GB; "
+                                           r"scale the task down with max_elements"):
+        fits_host(_request(TASK), sizing, kept=24, machine_bytes=8 * GIB)
+    assert fits_host(_request(TASK), sizing, kept=24, machine_bytes=1024 * GIB) is None
+    # the GPU's own admission bounds a CUDA evaluation; an operator's explicit limit is theirs to choose
+    assert fits_host(_request(TASK, device="cuda"), sizing, kept=6, machine_bytes=8 * GIB) is None
+    assert fits_host(_request(TASK, memory_limit_mb=2048), sizing, kept=24, machine_bytes=8 * GIB) is None
+    assert fits_host(_request(TASK), {"bytes": {}}, kept=24, machine_bytes=8 * GIB) is None
+
+
+def test_an_evaluation_too_large_for_the_machine_ends_at_once_with_a_clear_message(kernelcourt_cache_dir,
+                                                                                   monkeypatch):
+    # given a 64 MiB relu and a machine of 256 MiB
+    monkeypatch.setattr(budget, "machine_memory_bytes", lambda: 256 << 20)
+    task = TASK.format(dim=4096)
+    kernel = task.replace("class Model(", "class ModelNew(")
+    # when it is evaluated on the CPU
+    result = evaluate(EvalRequest(task_source=task, kernel_source=kernel, device="cpu", track="open",
+                                  baselines=["eager"], timing_budget_s=0.05))
+    # then it ends before its children, saying what it needs
+    assert result.status == "runtime_error"
+    assert "does not fit this machine's memory" in result.message and "max_elements" in result.message
+    assert result.timing_stats["memory"]["limits_mb"]["rss"] >= 4096
 
 
 def test_outputs_larger_than_the_operators_threshold_are_compared_on_the_device(tmp_path, monkeypatch):
