@@ -183,13 +183,16 @@ def unjoined_stream_finding(rule_set: dict[str, Any], stats: dict[str, Any],
                         f"against {stats.get('gpu_median_ms', 0):.4g} ms on the timer's stream")
 
 
-def fingerprinted_sets(timing: dict[str, Any] | None) -> list[Any]:
+def unanswered_sets(timing: dict[str, Any] | None, rotations: list[dict[str, Any] | None]) -> list[Any]:
     """The input sets a timing says it fingerprinted (``[set, fingerprint]`` pairs, from the candidate's
-    process: whatever else is there is left for ``fingerprint_finding`` to refuse)."""
+    process) for which the reference has no answer yet: the sets kept whole were answered, outputs and
+    fingerprint, before the candidate started, and asking again would replace those outputs with a
+    fingerprint alone. Whatever else is there is left for ``fingerprint_finding`` to refuse."""
     fingerprints = (timing or {}).get("fingerprints")
     if not isinstance(fingerprints, list):
         return []
-    return [entry[0] for entry in fingerprints if isinstance(entry, list | tuple) and len(entry) == 2]
+    named = [entry[0] for entry in fingerprints if isinstance(entry, list | tuple) and len(entry) == 2]
+    return [r for r in named if not (type(r) is int and 0 <= r < len(rotations) and rotations[r] is not None)]
 
 
 def fingerprint_finding(rule_set: dict[str, Any], fingerprints: list[Any],

@@ -277,7 +277,8 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
                         evidence.again["checked"] = checker.compare("again", 0, evidence.again.pop("outputs", None),
                                                                     evidence.again.pop("against", None), determinism)
                     if checker is not None:  # the timed sets' answers, for the ones its timing reached
-                        for r, answer in checker.fingerprints(judge.fingerprinted_sets(evidence.timing)).items():
+                        reached = judge.unanswered_sets(evidence.timing, reference["rotations"])
+                        for r, answer in checker.fingerprints(reached).items():
                             reference["rotations"][r] = answer
                     deadline += time.monotonic() - asked  # the reference's work, not the candidate's
                 elif phase == "done":

@@ -63,7 +63,10 @@ def test_a_timed_call_on_a_set_the_reference_never_answered_is_a_mismatch():
         # then the call the reference cannot vouch for is not passed over
         finding = judge.fingerprint_finding(STRICT, timed, rotations)
         assert finding.rule == "timed_fingerprint_mismatch" and "no reference answer" in finding.message
-    assert judge.fingerprinted_sets({"fingerprints": [[0, []], "1", [5, [], 3]]}) == [0]
+    # the reference is asked only for sets it has no answer for: a set kept whole keeps its outputs
+    timing = {"fingerprints": [[0, []], "1", [5, [], 3], [2, []], [7, []], [-1, []]]}
+    assert judge.unanswered_sets(timing, rotations) == [2, 7, -1]
+    assert judge.unanswered_sets({"fingerprints": "x"}, rotations) == []
 
 
 def test_watch_findings_list_what_ran_inside_forward():

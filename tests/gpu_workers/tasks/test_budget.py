@@ -165,8 +165,9 @@ def test_an_oom_caused_by_a_neighbour_is_retried_as_infrastructure(kernelcourt_c
         "sys.stdin.read()")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert hog.stdout.readline().strip() == "held"
-        # when an evaluation admitted for its 8 GB announces less than the GPU has, but not free
-        task = TASK.format(dim=1 << 19)
+        # when an evaluation admitted for its 2 GB input (some 45 GB announced: within an 80 GB card's
+        # admission) announces less than the GPU has, but not free
+        task = TASK.format(dim=1 << 17)
         from gpu_workers.suite.kernelbench import identity_candidate
 
         result = evaluate(EvalRequest(task_source=task, kernel_source=identity_candidate(task), device="cuda",
