@@ -16,9 +16,10 @@ from typing import Any
 
 from .build.compile import PhaseFailure, build_context, compile_candidate
 from .hardware import hardware_info
+from .pipeline import plan
 from .pipeline.accounting import CpuUse, Timeline, progress
 from .pipeline.candidate import Forged, run_candidate, spawn_candidate, warm_candidate
-from .pipeline.plan import compares_on_device, kept_rotations
+from .pipeline.plan import compares_on_device
 from .pipeline.reference import run_reference
 from .pipeline.verdict import finish, judge_evidence
 from .reward import resolve_reward_config
@@ -93,7 +94,7 @@ def _evaluate_once(request: EvalRequest, settings: EvaluatorSettings) -> EvalRes
         # Input sets are made one at a time (isolation.JustInTime); of the timed outputs only the kept
         # sets' stay whole, the rest are fingerprints; GPU-sized outputs stay on the device.
         on_device = compares_on_device(request, sizing, settings)
-        kept = len(kept_rotations(request.device, on_device))
+        kept = len(plan.kept_rotations(request.device, on_device))
         limits = taskbudget.memory_limits(request, sizing, kept, on_device)
         announced = taskbudget.announced_bytes(request, sizing, kept, hardware, on_device)
         budget["sizing"] = {k: sizing[k] for k in ("constants", "bytes", "error") if k in sizing}

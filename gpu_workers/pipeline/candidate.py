@@ -21,11 +21,11 @@ from ..sandbox.gpumemory import HOLD_BYTES
 from ..sandbox.gpuslot import GpuSlot, SlotUse, gpu_slot, hold_bound
 from ..schema import EvalRequest, Finding
 from ..settings import EvaluatorSettings
+from . import plan
 from .accounting import CpuUse, TimedSpan, Timeline
 from .plan import (
     INIT_CONFIGS,
     device_string,
-    kept_rotations,
     max_timed_iterations,
     rotations_for,
     timing_options,
@@ -142,7 +142,7 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
         "watch": rule_set["dynamic"].get("library_compute", {}).get("enabled", False),
         "allowed_ops": list(rule_set["allowed_ops"]),
         "fingerprint_seed": reference["seeds"]["fingerprint"],
-        "keep_rotations": kept_rotations(request.device, on_device),
+        "keep_rotations": plan.kept_rotations(request.device, on_device),
         "compare_on_device": on_device,
         "poison_bytes": 2 * out_bytes,
         "hold_bytes": HOLD_BYTES,  # what the GPU announcement counts for it (sandbox/gpumemory.py)

@@ -18,13 +18,13 @@ from ..sandbox.gpuslot import GpuSlot, SlotUse, gpu_slot
 from ..schema import EvalRequest
 from ..settings import EvaluatorSettings
 from ..tasks import facts as taskfacts
+from . import plan
 from .accounting import CpuUse, TimedSpan, Timeline
 from .plan import (
     INIT_CONFIGS,
     compares_on_device,
     device_string,
     fingerprinted_later,
-    kept_rotations,
     max_timed_iterations,
     rotations_for,
     timing_options,
@@ -113,7 +113,7 @@ def run_reference(request: EvalRequest, hardware: dict[str, Any], profile: str |
     on_device = compares_on_device(request, sizing, settings)
     setup["compare_on_device"] = on_device
     setup["fp64"] = fp64
-    setup["keep_rotations"] = kept_rotations(request.device, on_device)
+    setup["keep_rotations"] = plan.kept_rotations(request.device, on_device)
     setup["fingerprint_later"] = fingerprinted_later(request.device, on_device)
     env = child_env(request, hardware, None, hide_gpu=False)
     child, reused = refpool.borrow(env, limits["spawn"])

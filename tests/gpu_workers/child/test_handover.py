@@ -77,18 +77,41 @@ KERNELS = {"identity": "torch.relu(x) * 2", "off_by_a_little": "torch.relu(x) * 
            "wrong_when_timed": "torch.relu(x) * 2 + float(LAST.append(x.data_ptr()) or LAST[-2:-1] == LAST[-1:])"}
 
 
-@pytest.mark.parametrize("compared_by", ["reference child", "parent"])
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize(("kernel", "status", "rule"), [
+VERDICTS = [
     ("identity", "passed", None),
     ("off_by_a_little", "incorrect", None),
     ("nondeterministic", None, "nondeterministic"),
     ("wrong_when_timed", None, "timed_fingerprint_mismatch"),
-])
+]
+
+
+@pytest.mark.parametrize("compared_by", ["reference child", "parent"])
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(("kernel", "status", "rule"), VERDICTS)
 def test_outputs_compared_by_the_reference_child_give_the_same_verdicts(compared_by, device, kernel, status, rule,
                                                                        kernelcourt_cache_dir):
     # given a task whose outputs are compared by the reference child (the operator's threshold at 0
     # bytes) or, as small outputs are by default, by the parent
+    _assert_verdict(device, compared_by == "reference child", kernel, status, rule, kernelcourt_cache_dir)
+
+
+@pytest.mark.parametrize(("kernel", "status", "rule"), VERDICTS)
+def test_some_timed_sets_whole_and_the_rest_fingerprinted_later_give_the_same_verdicts(kernel, status, rule,
+                                                                                      kernelcourt_cache_dir,
+                                                                                      monkeypatch):
+    # given, on the CPU, the plan a GPU has: the first three timed sets' outputs kept whole (answered
+    # by the reference before the candidate starts), every other set fingerprinted once the
+    # candidate's timing names the sets it reached
+    from gpu_workers.pipeline import plan
+
+    keep_all = plan.kept_rotations
+    monkeypatch.setattr(plan, "kept_rotations", lambda device, on_device=False: (
+        [] if on_device else keep_all(device)[:3]))
+    assert plan.fingerprinted_later("cpu")
+    _assert_verdict("cpu", False, kernel, status, rule, kernelcourt_cache_dir)
+
+
+def _assert_verdict(device, on_device, kernel, status, rule, cache_dir):
     from gpu_workers import evaluate
     from gpu_workers.settings import from_environ
 
@@ -99,13 +122,12 @@ def test_outputs_compared_by_the_reference_child_give_the_same_verdicts(compared
     source = ("import itertools\nimport torch\nimport torch.nn as nn\n\nCALLS = itertools.count()\nLAST = []\n\n"
               "class ModelNew(nn.Module):\n    def forward(self, x):\n"
               f"        return {KERNELS[kernel]}\n")
-    threshold = "0" if compared_by == "reference child" else str(1 << 40)
-    settings = from_environ({"KERNELCOURT_DEVICE_COMPARE_BYTES": threshold,
-                             "KERNELCOURT_CACHE_DIR": str(kernelcourt_cache_dir)})
+    settings = from_environ({"KERNELCOURT_DEVICE_COMPARE_BYTES": "0" if on_device else str(1 << 40),
+                             "KERNELCOURT_CACHE_DIR": str(cache_dir)})
     result = evaluate(EvalRequest(task_source=task, kernel_source=source, device=device, track="open",
                                   baselines=("eager",), timing_budget_s=0.3), settings)
-    # then both give the same verdict, and the comparison was made where it was meant to be
-    assert result.timing_stats["memory"]["on_device"] is (compared_by == "reference child"), result.message
+    # then every way gives the same verdict, and the comparison was made where it was meant to be
+    assert result.timing_stats["memory"]["on_device"] is on_device, result.message
     if status is not None:
         assert result.status == status, (result.message, result.run_log[-2000:])
     if status == "incorrect":
