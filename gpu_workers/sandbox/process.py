@@ -45,7 +45,7 @@ _ENV_KEEP = (
 # While a child works under a shared GPU slot, the parent looks this often whether a timer waits (a
 # non-blocking lock try): a timer waits about this long for each holder in the middle of a stretch.
 PREEMPT_POLL_S = 0.005
-STOP_SETTLE_S = 0.2  # the longest the parent waits for a stopped child to show as stopped
+STOP_SETTLE_S = 0.2  # the longest the parent waits for a stopped tree to show as stopped
 
 
 class ChildError(RuntimeError):
@@ -311,8 +311,9 @@ class Child:
         """Stop the child and every process of its tree (its descendants, the orphans its keeper
         adopted; never the keeper): SIGSTOP cannot be caught or ignored, so nothing of it runs, or
         launches GPU work, until ``continue_tree``. Walked again until a walk finds nothing new (a
-        process forked while the tree was walked); returns the processes stopped, once the child
-        itself shows as stopped (or ended)."""
+        process forked while the tree was walked); returns the processes stopped, once each of them
+        shows as stopped (or ended): a signal is delivered at once but acted on when the process is
+        next scheduled, and a grandchild still running could launch GPU work under a timer."""
         if self.proc.poll() is not None:
             return []
         stopped: list[int] = []
@@ -326,9 +327,12 @@ class Child:
                 except (ProcessLookupError, PermissionError):
                     continue
                 stopped.append(pid)
-        until = time.monotonic() + STOP_SETTLE_S  # the signal is delivered, not yet acted on
-        while time.monotonic() < until and keeper.state(self.proc.pid) not in (None, "T", "t", "Z", "X"):
-            time.sleep(0.0005)
+        until = time.monotonic() + STOP_SETTLE_S
+        pending = stopped
+        while pending and time.monotonic() < until:
+            pending = [pid for pid in pending if keeper.state(pid) not in (None, "T", "t", "Z", "X")]
+            if pending:
+                time.sleep(0.0005)
         return stopped
 
     def continue_tree(self, stopped: list[int]) -> None:
