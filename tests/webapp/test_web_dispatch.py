@@ -269,5 +269,10 @@ def test_a_crash_between_the_result_and_its_flags_stores_neither_and_the_redeliv
     assert after_crash == (None, "queued", 1, 0)
     assert "the worker died after storing the result" in evaluation.error
     assert (stored.status, stored.attempts, stored.error) == ("passed", 2, "")
-    flags = list(Flag.objects.filter(kernel=kernel).values_list("evaluation_id", "source"))
-    assert flags == [(evaluation.pk, "extreme_speedup")]
+    flags = sorted(Flag.objects.filter(kernel=kernel).values_list("evaluation_id", "source"))
+    # one flag each, the redelivery adding none: the speedup's, and one for each review finding the
+    # evaluator gave (an honest kernel can get one on a loaded machine, e.g. for its timing)
+    reviewed = [f for f in stored.findings if f.get("severity") == "review"
+                and f.get("rule") not in ("extreme_speedup", "impossible_speed")]
+    assert not any(f.get("rule") == "impossible_speed" for f in stored.findings)
+    assert flags == sorted([(evaluation.pk, "extreme_speedup")] + [(evaluation.pk, "evaluator_review")] * len(reviewed))
