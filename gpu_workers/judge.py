@@ -133,6 +133,9 @@ def watch_findings(rule_set: dict[str, Any], report: dict[str, Any]) -> list[Fin
         if found:
             listed = ", ".join(f"{name[:80]} ×{n}" for name, n in sorted(found.items(), key=lambda kv: -kv[1])[:6])
             parts.append(f"{what}: {listed}")
+    switched = report.get("records_switched_off") or 0
+    if switched:
+        parts.append(f"tried {switched} time(s) to switch the profiler's operator records off")
     findings = []
     if parts:
         f = make_finding(rule_set, "library_compute", "seen inside forward on every call: " + "; ".join(parts))

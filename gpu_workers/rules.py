@@ -89,8 +89,9 @@ _COMMON_STATIC: list[dict[str, Any]] = [
     {"rule": "introspection", "kind": "regex", "severity": "reject", "family": 11,
      "pattern": r"_get_dispatch_mode|_len_torch_dispatch_stack|_get_current_dispatch_mode|"
                 r"_profiler_enabled|is_torch_function_mode_enabled|_python_dispatch|"
-                r"TorchDispatchMode|TorchFunctionMode|_is_torch_function_mode_enabled",
-     "message": "probes the dispatch or profiler state (behaves differently when observed)"},
+                r"TorchDispatchMode|TorchFunctionMode|_is_torch_function_mode_enabled|"
+                r"_enable_record_function|_disable_profiler|_enable_profiler",
+     "message": "probes or switches the dispatch or profiler state (behaves differently when observed)"},
     {"rule": "introspection", "kind": "regex", "severity": "reject", "family": 10,
      "pattern": r"\bget_objects\b|\bget_referrers\b|\b_getframe\b|\bf_back\b|\bf_locals\b|\bcurrentframe\b|"
                 r"\b_current_frames\b|/proc/\S*/mem|process_vm_readv",

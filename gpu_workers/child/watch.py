@@ -42,6 +42,9 @@ _GLOBAL_FN = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:s
                         r"(?:void|[\w:<>]+)\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
 _TRITON_FN = re.compile(r"@(?:triton\.)?jit[^\n]*\n(?:\s*@[^\n]*\n)*\s*def\s+(\w+)\s*\(")
 _EXTERN_C_KERNEL = re.compile(r"extern\s+\"C\"\s+__global__\s+void\s+(\w+)")
+# Where torch publishes the switch of a thread's operator records (ForwardWatch.start).
+_RECORD_SWITCH = "_enable_record_function"
+_RECORD_SWITCH_OWNERS = (torch._C._autograd, torch.autograd)
 
 
 def own_kernel_names(source: str) -> set[str]:
@@ -138,6 +141,10 @@ class ForwardWatch:
         self._record_function = torch.autograd.profiler.record_function
         self._setprofile = sys.setprofile
         self._getprofile = sys.getprofile
+        # the thread's switch of the profiler's operator records, bound before any candidate code: the
+        # watch's alone while it watches (``start``)
+        self._records = torch._C._autograd._enable_record_function
+        self._switched_off: list[int] = []
 
     def start(self) -> None:
         if not self.enabled:
@@ -155,6 +162,20 @@ class ForwardWatch:
         self._profiler = profile(activities=activities, record_shapes=False, with_stack=False,
                                  experimental_config=config)
         self._profiler.__enter__()
+        # A forward that switched its thread's operator records off would run library compute unseen;
+        # every public name of the switch refuses while the watch runs, and each try is reported.
+        switched = self._switched_off
+
+        def refused(*_args: Any, **_kwargs: Any) -> None:
+            switched.append(1)
+            raise RuntimeError("the judge keeps the profiler's operator records on while it watches forward")
+
+        for owner in _RECORD_SWITCH_OWNERS:
+            setattr(owner, _RECORD_SWITCH, refused)
+        # Between calls only the judge's work runs on this thread (copies in, reads and checksums out,
+        # the flush): unrecorded, it is neither in the report nor charged to the candidate's timing
+        # loop, which the trusted baseline's loop, run unwatched, is held against (judge.timer_finding).
+        self._records(False)
 
     @contextmanager
     def call(self) -> Iterator[None]:
@@ -172,12 +193,16 @@ class ForwardWatch:
                     counts[hit] = counts.get(hit, 0) + 1
 
         previous = self._getprofile()
-        with self._record_function(self.label):
-            self._set(hook)
-            try:
-                yield
-            finally:
-                self._set(previous)
+        self._records(True)
+        try:
+            with self._record_function(self.label):
+                self._set(hook)
+                try:
+                    yield
+                finally:
+                    self._set(previous)
+        finally:
+            self._records(False)
 
     def _set(self, hook: Any) -> None:
         if self._exempt is None:
@@ -197,7 +222,11 @@ class ForwardWatch:
                                   "own_ops": [], "other_stream_kernels": {}, "kernel_spans_us": []}
         if not self.enabled or self._profiler is None:
             return report
+        self._records(True)
+        for owner in _RECORD_SWITCH_OWNERS:
+            setattr(owner, _RECORD_SWITCH, self._records)
         self._profiler.__exit__(None, None, None)
+        report["records_switched_off"] = len(self._switched_off)
         own_ops = candidate_ops(registered_ops() - self.before_ops, self.own_roots)
         report["own_ops"] = sorted(own_ops)
         events = list(self._profiler.profiler.kineto_results.events())

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 import torch
 
+from gpu_workers import judge
 from gpu_workers.child.watch import ForwardWatch, kernel_base_name, own_kernel_names
-from gpu_workers.rules import ALLOCATION_AND_VIEW_OPS
+from gpu_workers.rules import ALLOCATION_AND_VIEW_OPS, default_rule_set
 
 CPU = torch.device("cpu")
 
@@ -73,6 +75,41 @@ def test_a_call_that_reaches_numpy_is_seen():
     report = watch.stop()
     assert report["numpy"].get("torch numpy", 0) == 1
     assert outside.shape == (8,)
+
+
+def test_a_forward_cannot_switch_the_operator_records_off_and_the_judges_work_between_calls_is_unrecorded():
+    # given a watch, and the switch of the thread's operator records as a candidate would reach it
+    switch_name = "_enable_" + "record_function"
+    original = getattr(torch.autograd, switch_name)
+    watch = ForwardWatch(CPU, "", allowed_ops=ALLOCATION_AND_VIEW_OPS)
+    watch.start()
+    x = torch.randn(64)
+    try:
+        # when a call tries to switch them off around library compute, and the judge works between calls
+        with watch.call():
+            with pytest.raises(RuntimeError, match="records on"):
+                getattr(torch.autograd, switch_name)(False)
+            with pytest.raises(RuntimeError, match="records on"):
+                getattr(torch._C._autograd, switch_name)(False)
+            torch.relu(x)
+        torch.tanh(x)
+        with watch.call():
+            torch.sigmoid(x)
+    finally:
+        report = watch.stop()
+    events = {e.name() for e in watch._profiler.profiler.kineto_results.events()}
+    # then the compute is seen, the tries are reported and rejected, and the judge's op left no record
+    assert report["library_ops"]["aten::relu"] == 1 and report["library_ops"]["aten::sigmoid"] == 1
+    assert report["records_switched_off"] == 2
+    found = judge.watch_findings(default_rule_set("strict"), report)
+    assert [f.rule for f in found] == ["library_compute"] and found[0].severity == "reject"
+    assert "tried 2 time(s) to switch the profiler's operator records off" in found[0].message
+    assert "aten::tanh" not in events and "aten::relu" in events
+    # and once the watch stops, the switch is torch's own again, and on
+    assert getattr(torch.autograd, switch_name) is original is getattr(torch._C._autograd, switch_name)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as after:
+        torch.tanh(x)
+    assert "aten::tanh" in {e.name for e in after.events()}
 
 
 def test_a_disabled_watch_records_nothing():
