@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 import functools
 import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -184,7 +186,13 @@ def measure(task: types.ModuleType, forward: bool = True, real_limit: int = 1 <<
     with torch.device("meta"):
         init = list(task.get_init_inputs())
         inputs = list(task.get_inputs())
-        model = task.Model(*init)
+        try:
+            model = task.Model(*init)
+        except Exception:  # noqa: BLE001 - a constructor that reads a value (``.item()``) has none on meta
+            model = None
+    if model is None:
+        with _weights_on_meta():
+            model = task.Model(*init)
     params = list(model.parameters()) + list(model.buffers())
     in_bytes, in_largest = _weigh(_tensors(inputs))
     p_bytes, p_largest = _weigh(params)
@@ -205,6 +213,32 @@ def measure(task: types.ModuleType, forward: bool = True, real_limit: int = 1 <<
         sizes.how = "cpu"
     sizes.output_bytes, sizes.largest["output"] = _weigh(_tensors(out))
     return sizes
+
+
+@contextmanager
+def _weights_on_meta() -> Iterator[None]:
+    """A constructor run on the CPU with every parameter and buffer moved to the meta device as it is
+    registered: what the constructor computes besides its weights (the drop rates of Swin's stages,
+    read with ``.item()``, its attention masks) is real and small, and the weights, made with
+    ``torch.empty`` and never written before they move, are never touched on the CPU."""
+    import torch
+
+    module = torch.nn.Module
+    register_parameter, register_buffer = module.register_parameter, module.register_buffer
+
+    def parameter(self: Any, name: str, param: Any) -> None:
+        if param is not None and param.device.type != "meta":
+            param = torch.nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+        register_parameter(self, name, param)
+
+    def buffer(self: Any, name: str, tensor: Any, persistent: bool = True) -> None:
+        register_buffer(self, name, tensor.to("meta") if tensor is not None else None, persistent)
+
+    module.register_parameter, module.register_buffer = parameter, buffer
+    try:
+        yield
+    finally:
+        module.register_parameter, module.register_buffer = register_parameter, register_buffer
 
 
 def _counted(model: Any, inputs: list[Any]) -> tuple[Any, int | None]:

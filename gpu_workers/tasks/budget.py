@@ -24,8 +24,9 @@ OOM_RETRIES = 2
 
 
 # How a sizing is made, in its key: a sizing kept by an earlier method is made again (method 2:
-# sizes computed from other constants follow them, and the FLOPs are counted).
-SIZING_METHOD = "2"
+# sizes computed from other constants follow them, and the FLOPs are counted; 3: a constructor that
+# reads a value, which the meta device has none of, is built with its weights moved to meta).
+SIZING_METHOD = "3"
 
 
 def sizing_path(request: EvalRequest, hardware: dict[str, Any], profile: str | None):

@@ -149,3 +149,37 @@ def test_sizes_computed_from_other_constants_follow_them(kernelbench):
     predictions, targets = module.get_inputs()
     assert predictions.numel() <= 16384 and int(targets.max()) < predictions.shape[1]
     module.Model()(predictions, targets)
+
+
+def test_a_constructor_that_reads_a_value_is_measured_with_its_weights_on_meta():
+    # given a task whose constructor reads a value (no meta tensor has one) and holds a 4 GiB weight
+    source = ("import torch\nclass Model(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+              "        self.scale = float(torch.linspace(0.0, 1.0, 5)[2].item())\n"
+              "        self.linear = torch.nn.Linear(n, n)\n"
+              "        self.register_buffer('shift', torch.full((n,), self.scale))\n"
+              "    def forward(self, x):\n        return self.linear(x) * self.scale + self.shift\n"
+              "n = 1 << 15\nbatch = 8\ndef get_inputs():\n    return [torch.rand(batch, n)]\n"
+              "def get_init_inputs():\n    return []\n")
+    # when it is sized at its own sizes
+    sized = size_task(source, None, None)
+    # then it is measured on the meta device, its weights and buffer counted, never made on the CPU
+    n = 1 << 15
+    assert sized["bytes"]["how"] == "meta"
+    assert sized["bytes"]["parameter_bytes"] == (n * n + n + n) * 4
+    assert sized["bytes"]["largest"] == {"input": 8 * n, "parameter": n * n, "output": 8 * n}
+    # and the constructor's own patching of torch is gone afterwards
+    import torch
+
+    assert torch.nn.Linear(2, 2).weight.device.type == "cpu"
+
+
+def test_swin_at_its_published_size_is_measured(kernelbench):
+    # given level3/29_SwinMLP, whose constructor reads its stages' drop rates with .item()
+    source = (kernelbench / "level3" / "29_SwinMLP.py").read_text()
+    sized = size_task(source, None, None)
+    # then its bytes are those of the model built for real
+    module = load_task_module(source, None)
+    model = module.Model(*module.get_init_inputs())
+    weights = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    assert sized["bytes"]["parameter_bytes"] == weights
+    assert sized["bytes"]["largest"]["output"] == module.batch_size * model.head.out_features

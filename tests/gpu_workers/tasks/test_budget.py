@@ -182,10 +182,12 @@ def test_an_oom_caused_by_a_neighbour_is_retried_as_infrastructure(kernelcourt_c
 
 
 def test_a_task_that_cannot_be_measured_runs_with_the_default_limits(tmp_path, monkeypatch):
-    # given a task whose constructor reads a value (no meta kernel) and is too large to build for real
+    # given a task whose constructor reads a value of its own weight (which is on the meta device
+    # whichever way it is built for sizing) and is too large to run for real
     monkeypatch.setenv("KERNELCOURT_CACHE_DIR", str(tmp_path))
     task = TASK.replace("    def forward(self, x):", "    def __init__(self):\n        super().__init__()\n"
-                        "        self.k = float(torch.linspace(0, 1, 3)[1].item())\n\n    def forward(self, x):")
+                        "        self.w = torch.nn.Parameter(torch.ones(3))\n"
+                        "        self.k = float(self.w[1].item())\n\n    def forward(self, x):")
     request = _request(task.format(dim=393216))
     sizing = task_sizing(request, hardware_info("cpu"), None)
     # then it is not a failure: nothing is scaled, the default limits apply and nothing is announced
