@@ -186,11 +186,10 @@ def measure(task: types.ModuleType, forward: bool = True, real_limit: int = 1 <<
     with torch.device("meta"):
         init = list(task.get_init_inputs())
         inputs = list(task.get_inputs())
-        try:
+    try:
+        with torch.device("meta"):
             model = task.Model(*init)
-        except Exception:  # noqa: BLE001 - a constructor that reads a value (``.item()``) has none on meta
-            model = None
-    if model is None:
+    except Exception:  # noqa: BLE001 - a constructor that reads a value (``.item()``) has none on meta
         with _weights_on_meta():
             model = task.Model(*init)
     params = list(model.parameters()) + list(model.buffers())
