@@ -74,6 +74,8 @@ def row_for(key: str, repeat: int, result: Any, wall_s: float) -> dict[str, Any]
         "host_warm": {n: (stats.get(n) or {}).get("host_warm") for n in ("kernel", "eager", "compile")},
         "baseline_samples_ms": {n: (stats.get(n) or {}).get("samples_ms") for n in ("eager", "compile")},
         "phases_s": _phase_seconds(stats.get("timeline") or []), "duration_s": result.duration_s,
+        # every mark of the evaluation (seconds from its start): where a long one's time went
+        "timeline": stats.get("timeline"),
         "wall_s": round(wall_s, 3), "gpu_exclusive_s": slot.get("exclusive_s"), "gpu_held_s": slot.get("held_s"),
         "gpu_wait_s": slot.get("wait_s"), "cpu_s": stats.get("cpu_s"),
         # what holds timings back: seconds waited as a timer, and each step's longest stretch of shared hold
@@ -197,6 +199,28 @@ def summarize(rows: list[dict[str, Any]], wall_s: float | None, evaluated: int) 
         lines.append(f"where an evaluation's time goes (medians, s): held GPU {statistics.median(held):.2f}, "
                      f"waited for it {statistics.median(waits):.2f}, phases end at "
                      + ", ".join(f"{p} {statistics.median(v):.2f}" for p, v in _phase_lists(rows).items()))
+        admitted = [(r["task"], float((r.get("memory") or {}).get("waited_s") or 0)) for r in rows
+                    if (r.get("memory") or {}).get("admitted")]
+        if admitted:  # a worker waiting for GPU memory runs nothing meanwhile
+            waited = sorted(admitted, key=lambda tw: -tw[1])
+            lines.append(f"waited for GPU memory (s/eval): median {statistics.median(w for _, w in admitted):.2f}, "
+                         f"total {sum(w for _, w in admitted):.0f} over {len(admitted)} admitted; longest "
+                         + ", ".join(f"{t} {w:.0f}" for t, w in waited[:4] if w >= 1))
+        used = []  # each child's allocator peak against what the evaluation announced for it
+        for r in rows:
+            memory = r.get("memory") or {}
+            peak, announced = memory.get("peak") or {}, memory.get("announced") or {}
+            if peak.get("reference") and announced.get("total"):
+                used.append((r["task"], (peak["reference"] + (peak.get("candidate") or 0)) / announced["total"],
+                             peak["reference"] / max(announced.get("reference") or 1, 1),
+                             (peak.get("candidate") or 0) / max(announced.get("candidate") or 1, 1)))
+        if used:
+            lines.append(f"GPU memory held at most / announced ({len(used)} evaluations): both "
+                         f"median {statistics.median(u[1] for u in used):.2f}, max {max(u[1] for u in used):.2f}; "
+                         f"reference median {statistics.median(u[2] for u in used):.2f}, max "
+                         f"{max(u[2] for u in used):.2f}; candidate median {statistics.median(u[3] for u in used):.2f}, "
+                         f"max {max(u[3] for u in used):.2f}; over: "
+                         + (", ".join(f"{t} {b:.2f}" for t, b, _, _ in used if b > 1) or "none"))
         timer = [r["gpu_timer_wait_s"] for r in rows if r.get("gpu_timer_wait_s") is not None]
         stretch: dict[str, float] = {}
         for r in rows:

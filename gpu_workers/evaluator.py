@@ -142,8 +142,10 @@ def _evaluate_once(request: EvalRequest, settings: EvaluatorSettings) -> EvalRes
         if candidate_child is not None:
             candidate_child.close(wait_s=0)  # unused when an earlier phase ended the evaluation
         if reference.get("checker") is not None:  # the reference child kept to compare on the device
-            reference.pop("checker").close()
+            reference["gpu_peak"] = reference.pop("checker").close()
         admission.close()  # the GPU memory it announced is free for the next evaluation
+    if budget.get("memory", {}).get("admitted"):  # what was announced against what each child held at most
+        budget["memory"]["peak"] = {"reference": reference.get("gpu_peak"), "candidate": evidence.gpu_peak}
     timeline.mark("judge: begun")  # after the children closed and the GPU memory was given back
     judged_from = time.thread_time()
     cpu.add("parent", judged_from - own_cpu)

@@ -286,5 +286,6 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
     with guard.exempt():  # the profiler's records and the process's maps: no candidate state
         watched_report = watch.stop()
         mapped_after = executable_mappings()
-    send("done", patched=sorted(patched), blocked=guard.violations, watch=watched_report,
+        peak = measure.gpu_peak_bytes()  # its own word: informational, never part of a verdict
+    send("done", patched=sorted(patched), blocked=guard.violations, watch=watched_report, gpu_peak=peak,
          objects={"before": mapped_before, "after": mapped_after, "own_roots": list(watch.own_roots)})

@@ -144,6 +144,18 @@ def synchronize(device: torch.device) -> None:
         _cuda_sync(device)
 
 
+_max_reserved = torch.cuda.max_memory_reserved  # taken at import, before any candidate code runs
+
+
+def gpu_peak_bytes() -> int | None:
+    """The most GPU memory this process's caching allocator held since its count was last reset
+    (None where this process has not used CUDA): what its evaluation announced is measured against
+    this (``timing_stats["memory"]["peak"]``)."""
+    if not torch.cuda.is_initialized():
+        return None
+    return int(_max_reserved())
+
+
 class Poisoner:
     """Fills free allocator memory with NaN so `empty()` cannot return a stale right answer."""
 

@@ -293,13 +293,15 @@ def serve_comparisons(send: Sender, device, models: list[Any], run_inputs: dict[
 def role_reference(setup: dict[str, Any], send: Sender) -> None:
     import torch
 
-    from .measure import release_cpu_heap
+    from .measure import gpu_peak_bytes, release_cpu_heap
 
+    if torch.cuda.is_initialized():  # a child lent again: this evaluation's peak is its own
+        torch.cuda.reset_peak_memory_stats()
     _reference_work(setup, send)
     # Before the done (a few ms): what this evaluation freed is given back before the child can be
     # lent to the next one, whose memory limit is held against its resident size.
     release_cpu_heap()
-    send("done")
+    send("done", gpu_peak=gpu_peak_bytes())
     # After the done, so outside the slot (as a candidate context's end is): a child kept
     # for the next evaluation holds no GPU memory while it waits.
     try:

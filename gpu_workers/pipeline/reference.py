@@ -235,6 +235,7 @@ def _messages(request: EvalRequest, hardware: dict[str, Any], profile: str | Non
                 baselines[message["baseline"]] = {"error": message.get("error", "")}
         elif phase == "done":
             gpu.release("reference: done")
+            reference["gpu_peak"] = message.get("gpu_peak")
             return reference, baselines
         elif phase == "checking" and serves:  # it stays, to compare or fingerprint for the candidate phase
             gpu.release("reference: checking")
@@ -317,14 +318,17 @@ class Checker:
                 "max_abs": float(answer.get("max_abs", 0.0)), "rel_norm": float(answer.get("rel_norm", 0.0)),
                 "ref_rel_norm": float(answer.get("ref_rel_norm", 0.0))}
 
-    def close(self) -> None:
+    def close(self) -> int | None:
         """The end of the evaluation: a child that answered every request finishes (its cached GPU
-        memory freed) and is kept for the next evaluation; any other is closed."""
-        clean = False
+        memory freed) and is kept for the next evaluation; any other is closed. Returns the GPU
+        memory the child held at most over the evaluation, where its done said."""
+        clean, peak = False, None
         if not self._broken and self.child.alive():
             self.child.send({"finish": True})
             try:
-                clean = self.child.recv(time.monotonic() + 60.0).get("phase") == "done"
+                done = self.child.recv(time.monotonic() + 60.0)
+                clean, peak = done.get("phase") == "done", done.get("gpu_peak")
             except sandbox.ChildError:
                 clean = False
         refpool.give_back(self.child, self._env, self._spawn_mb, clean)
+        return peak

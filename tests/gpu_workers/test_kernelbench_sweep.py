@@ -69,6 +69,25 @@ def test_sweep_smoke_on_the_cpu_resumes_and_summarizes(tmp_path, capsys, kernelb
         assert any(line.endswith("candidate: done") for line in mine), live[-5:]
 
 
+def test_the_summary_says_what_memory_admission_cost_and_what_was_held_of_it(bench_module):
+    # given two GPU rows, one that waited for GPU memory and held more than it announced for its candidate
+    sweep = bench_module("kernelbench_sweep")
+
+    def row(task, waited, peak_ref, peak_cand):
+        return {"task": task, "repeat": 0, "status": "passed", "message": "", "speedup": {"eager": 1.0},
+                "gpu_exclusive_s": 1.0, "duration_s": 60.0, "gpu_held_s": 5.0, "gpu_wait_s": 2.0,
+                "memory": {"admitted": True, "waited_s": waited, "announced": {"reference": 100, "candidate": 50,
+                                                                              "total": 150},
+                           "peak": {"reference": peak_ref, "candidate": peak_cand}}}
+
+    text = sweep.summarize([row("level1/19_ReLU", 40.0, 50, 25), row("level1/46_Average_Pooling_3D", 0.0, 90, 70)],
+                           120.0, 2)
+    # then the summary gives the wait and names the row whose children held more than announced
+    assert "waited for GPU memory (s/eval): median 20.00, total 40 over 2 admitted; longest level1/19_ReLU 40" in text
+    assert "GPU memory held at most / announced (2 evaluations)" in text
+    assert "over: level1/46_Average_Pooling_3D 1.07" in text
+
+
 def test_host_overhead_times_each_stage_in_its_own_process_against_plain(tmp_path):
     task = REPO / "tests" / "gpu_workers" / "hacks" / "tasks" / "scale_relu.py"
     out = tmp_path / "overhead.json"

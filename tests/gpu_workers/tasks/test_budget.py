@@ -153,6 +153,10 @@ def test_relu_at_its_published_size_passes_on_the_gpu(kernelcourt_cache_dir, ker
     assert result.timing_stats["memory"]["admitted"] is True
     assert result.timing_stats["sizing"]["bytes"]["input_bytes"] == 4096 * 393216 * 4
     assert abs(result.speedup["eager"] - 1.0) <= 0.03
+    # and what each child's allocator held at most is within what the evaluation announced for it
+    memory = result.timing_stats["memory"]
+    for child in ("reference", "candidate"):
+        assert 4096 * 393216 * 4 <= memory["peak"][child] <= memory["announced"][child], child
 
 
 @needs_gpu[0]
