@@ -98,6 +98,7 @@ def row_for(key: str, repeat: int, result: Any, wall_s: float) -> dict[str, Any]
                               "overhead_ms_per_iter": (stats.get(n) or {}).get("overhead_ms_per_iter"),
                               **{k: (stats.get(n) or {}).get(k) for k in _WALL_KEYS}} for n in ("eager", "compile")}},
         "retries": stats.get("retries"),
+        "gpu_memory_bytes": (result.hardware or {}).get("memory_bytes"),
     }
 
 
@@ -206,6 +207,12 @@ def summarize(rows: list[dict[str, Any]], wall_s: float | None, evaluated: int) 
             lines.append(f"waited for GPU memory (s/eval): median {statistics.median(w for _, w in admitted):.2f}, "
                          f"total {sum(w for _, w in admitted):.0f} over {len(admitted)} admitted; longest "
                          + ", ".join(f"{t} {w:.0f}" for t, w in waited[:4] if w >= 1))
+        held = _memory_seconds(rows)
+        if held:  # while an evaluation holds its announced bytes, the rest of the GPU is all others have
+            total, usable = sum(h for _, h in held), _usable_bytes(rows)
+            lines.append(f"GPU memory held: {total / 1e12:.2f} TB-s announced over {len(held)} evaluations"
+                         + (f", a bound of {total / usable:.0f} s on any schedule of them on one GPU ({usable / 1e9:.0f} "
+                            "GB admitted)" if usable else ""))
         used = []  # each child's allocator peak against what the evaluation announced for it
         for r in rows:
             memory = r.get("memory") or {}
@@ -266,6 +273,27 @@ def summarize(rows: list[dict[str, Any]], wall_s: float | None, evaluated: int) 
         lines.append(f"  {r['task']} (repeat {r['repeat']}): {r['status']}: {r['message'][:160]}"
                      + (f" [bytes {r['bytes']}]" if r.get("bytes") else ""))
     return "\n".join(lines)
+
+
+def _memory_seconds(rows: list[dict[str, Any]]) -> list[tuple[str, float]]:
+    """(task, bytes x seconds) each admitted evaluation held on its GPU's ledger: from its admission
+    to the judge's start (the children closed, the bytes given back), from its timeline."""
+    out = []
+    for r in rows:
+        memory = r.get("memory") or {}
+        marks = {label: at for label, at in r.get("timeline") or []}
+        if memory.get("admitted") and "gpu memory: admitted" in marks and "judge: begun" in marks:
+            seconds = marks["judge: begun"] - marks["gpu memory: admitted"]
+            out.append((r["task"], float((memory.get("announced") or {}).get("total") or 0) * seconds))
+    return out
+
+
+def _usable_bytes(rows: list[dict[str, Any]]) -> float | None:
+    """What the ledger admits on the GPU the rows ran on (its capacity less the margin), where a row says."""
+    from gpu_workers.sandbox.gpumemory import DEFAULT_MARGIN
+
+    sizes = [int(r["gpu_memory_bytes"]) for r in rows if r.get("gpu_memory_bytes")]
+    return max(sizes) * (1 - DEFAULT_MARGIN) if sizes else None
 
 
 def _phase_lists(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
