@@ -213,16 +213,16 @@ def summarize(rows: list[dict[str, Any]], wall_s: float | None, evaluated: int) 
             lines.append(f"GPU memory held: {total / 1e12:.2f} TB-s announced over {len(held)} evaluations"
                          + (f", a bound of {total / usable:.0f} s on any schedule of them on one GPU ({usable / 1e9:.0f} "
                             "GB admitted)" if usable else ""))
-        used = []  # each child's allocator peak against what the evaluation announced for it
+        used = []  # each child's allocator peak (reserved: what neighbours could not have) against its announcement
         for r in rows:
             memory = r.get("memory") or {}
             peak, announced = memory.get("peak") or {}, memory.get("announced") or {}
-            if peak.get("reference") and announced.get("total"):
-                used.append((r["task"], (peak["reference"] + (peak.get("candidate") or 0)) / announced["total"],
-                             peak["reference"] / max(announced.get("reference") or 1, 1),
-                             (peak.get("candidate") or 0) / max(announced.get("candidate") or 1, 1)))
+            ref, cand = ((peak.get(who) or {}).get("reserved") or 0 for who in ("reference", "candidate"))
+            if ref and announced.get("total"):
+                used.append((r["task"], (ref + cand) / announced["total"],
+                             ref / max(announced.get("reference") or 1, 1), cand / max(announced.get("candidate") or 1, 1)))
         if used:
-            lines.append(f"GPU memory held at most / announced ({len(used)} evaluations): both "
+            lines.append(f"GPU memory reserved at most / announced ({len(used)} evaluations): both "
                          f"median {statistics.median(u[1] for u in used):.2f}, max {max(u[1] for u in used):.2f}; "
                          f"reference median {statistics.median(u[2] for u in used):.2f}, max "
                          f"{max(u[2] for u in used):.2f}; candidate median {statistics.median(u[3] for u in used):.2f}, "

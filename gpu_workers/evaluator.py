@@ -96,7 +96,7 @@ def _evaluate_once(request: EvalRequest, settings: EvaluatorSettings) -> EvalRes
         on_device = compares_on_device(request, sizing, settings)
         kept = len(plan.kept_rotations(request.device, on_device))
         limits = taskbudget.memory_limits(request, sizing, kept, on_device)
-        announced = taskbudget.announced_bytes(request, sizing, kept, hardware, on_device)
+        announced = taskbudget.announced_bytes(request, sizing, kept, hardware, on_device, profile)
         budget["sizing"] = {k: sizing[k] for k in ("constants", "bytes", "error") if k in sizing}
         budget["memory"] = {"limits_mb": limits, "announced": announced, "admitted": False, "on_device": on_device}
         taskbudget.fits_host(request, sizing, kept, on_device)
@@ -146,6 +146,7 @@ def _evaluate_once(request: EvalRequest, settings: EvaluatorSettings) -> EvalRes
         admission.close()  # the GPU memory it announced is free for the next evaluation
     if budget.get("memory", {}).get("admitted"):  # what was announced against what each child held at most
         budget["memory"]["peak"] = {"reference": reference.get("gpu_peak"), "candidate": evidence.gpu_peak}
+        taskbudget.keep_reference_peak(request, hardware, profile, reference.get("gpu_peak"))
     timeline.mark("judge: begun")  # after the children closed and the GPU memory was given back
     judged_from = time.thread_time()
     cpu.add("parent", judged_from - own_cpu)

@@ -54,7 +54,7 @@ class Evidence:
     # Processes of the candidate's tree (besides the child) found running at a message: (step, pids),
     # the first such step only; counted by the parent at every message, from import to exit.
     strays: list[Any] = field(default_factory=list)
-    gpu_peak: int | None = None  # the GPU memory its allocator held at most, by its own word (informational)
+    gpu_peak: dict[str, int] | None = None  # its allocator's peaks, by its own word (informational)
 
 
 def fingerprint_mismatch(got: list[list[float] | None], want: list[list[float] | None],

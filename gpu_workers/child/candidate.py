@@ -234,6 +234,9 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
             return
         if index == 0 and on_device:
             first_answer = list(handed[0])  # the determinism check's: trial 1 again after timing
+        if on_device:  # the reference compares at this pause, making its own outputs beside ours
+            with judge_ops():
+                measure.release_gpu_cache(device)
         send.pause("trial", index=index, **observed)  # guarded() synchronised the device
     patched |= set(measure.patched_attributes())
 
@@ -268,6 +271,7 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
     send.pause("timing_read")  # copied: the parent lets the GPU go while the large message below travels
     send.pause("timing_outputs", kept_outputs=kept_cpu)
     patched |= set(measure.patched_attributes())
+    del buffers, warmup_inputs, kept_cpu  # the timing's: nothing after it reads them
 
     # 5. after timing: a fresh input, then trial 0 again (determinism, poisoned in between)
     try:
@@ -281,7 +285,9 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
         send("error", where="after timing", build_error=False, error=describe(exc))
         return
     patched |= set(measure.patched_attributes()) | set(operators.changed())
-    send.pause("after", after=after, again=again)  # guarded() synchronised the device
+    with judge_ops():  # the reference fingerprints the timed sets and compares at this pause
+        measure.release_gpu_cache(device)
+    send.pause("after", after=after, again=again)
     del after_outputs
     with guard.exempt():  # the profiler's records and the process's maps: no candidate state
         watched_report = watch.stop()

@@ -288,7 +288,8 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
                     evidence.watch = message.get("watch") or {}
                     evidence.objects = message.get("objects") or {}
                     peak = message.get("gpu_peak")
-                    evidence.gpu_peak = peak if type(peak) is int and peak >= 0 else None
+                    evidence.gpu_peak = ({k: peak[k] for k in ("reserved", "allocated") if type(peak.get(k)) is int}
+                                         if type(peak) is dict else None)
                     cpu.add("candidate", child.cpu_seconds())
                     break
                 if phase in _PAUSE_POINTS:  # the child waits for our go; a waiting timing goes first

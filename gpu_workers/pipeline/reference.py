@@ -318,10 +318,10 @@ class Checker:
                 "max_abs": float(answer.get("max_abs", 0.0)), "rel_norm": float(answer.get("rel_norm", 0.0)),
                 "ref_rel_norm": float(answer.get("ref_rel_norm", 0.0))}
 
-    def close(self) -> int | None:
+    def close(self) -> dict[str, int] | None:
         """The end of the evaluation: a child that answered every request finishes (its cached GPU
         memory freed) and is kept for the next evaluation; any other is closed. Returns the GPU
-        memory the child held at most over the evaluation, where its done said."""
+        memory the child's allocator held at most over the evaluation, where its done said."""
         clean, peak = False, None
         if not self._broken and self.child.alive():
             self.child.send({"finish": True})

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from ..build.compile import PhaseFailure, child_env, child_failure
@@ -84,19 +85,52 @@ def memory_limits(request: EvalRequest, sizing: dict[str, Any], kept: int, on_de
     return {"rss": rss, "spawn": max(rss, DEFAULT_CEILING_MB)}
 
 
+def peak_path(request: EvalRequest, hardware: dict[str, Any], profile: str | None) -> Path:
+    """Where the most GPU memory the task's trusted reference child held is kept: per task, profile,
+    hardware key and the baselines it times (a compiled baseline's workspaces are the reference's)."""
+    return taskfacts.fact_path([request.task_hash, profile or "", hardware["key"], ",".join(request.baselines)],
+                               "gpu_peak")
+
+
+def _keeps_peaks(hardware: dict[str, Any] | None) -> bool:
+    return hardware is not None and hardware.get("device") == "cuda" and bool(hardware.get("key"))
+
+
+def keep_reference_peak(request: EvalRequest, hardware: dict[str, Any] | None, profile: str | None,
+                        peak: Any) -> None:
+    """After an evaluation whose reference finished cleanly: what its allocator reserved at most,
+    so later evaluations of the task announce no less (its activations and library workspaces are
+    not in the meta-device sizes: DenseNet121's reference held 2.7x what was announced for it)."""
+    reserved = peak.get("reserved") if isinstance(peak, dict) else None
+    if _keeps_peaks(hardware) and type(reserved) is int and reserved > 0:
+        taskfacts.keep_peak(peak_path(request, hardware, profile), reserved)
+
+
 def announced_bytes(request: EvalRequest, sizing: dict[str, Any], kept: int, hardware: dict[str, Any] | None = None,
-                    on_device: bool = False) -> dict[str, int]:
+                    on_device: bool = False, profile: str | None = None) -> dict[str, int]:
     """What the evaluation announces to its GPU's ledger (``fp64``: whether the reference computes
     in float64 too); nothing where the task was not measured (admitted at once, and an out-of-memory
-    is then its own). Where the float64 reference would not fit beside the candidate on this GPU,
-    the reference is fp32 alone: compared elementwise at the task's tolerance, without the float64
-    norm checks (the result's ``timing_stats["memory"]`` says so)."""
+    is then its own). The reference's part is never less than what its child held in an earlier
+    evaluation of the task on this hardware (``keep_reference_peak``), with a margin. Where the
+    float64 reference would not fit beside the candidate on this GPU, the reference is fp32 alone:
+    compared elementwise at the task's tolerance, without the float64 norm checks (the result's
+    ``timing_stats["memory"]`` says so)."""
     if not sizing.get("bytes"):
         return {"reference": 0, "candidate": 0, "total": 0, "fp64": True}
-    wide = gpumemory.evaluation_bytes(sizing["bytes"], kept, fp64=True)
+    seen = taskfacts.load_peak(peak_path(request, hardware, profile)) if _keeps_peaks(hardware) else None
+
+    def counted(fp64: bool) -> dict[str, int]:
+        each = gpumemory.evaluation_bytes(sizing["bytes"], kept, fp64=fp64)
+        if seen:
+            each["reference"] = max(each["reference"], int(seen * (1 + gpumemory.DEFAULT_MARGIN))
+                                    + gpumemory.CONTEXT_BYTES)
+            each["total"] = each["reference"] + each["candidate"]
+        return each
+
+    wide = counted(True)
     ledger = ledger_for(hardware) if hardware is not None else None
     if ledger is not None and wide["total"] > ledger.usable:
-        return {**gpumemory.evaluation_bytes(sizing["bytes"], kept, fp64=False), "fp64": False}
+        return {**counted(False), "fp64": False}
     return {**wide, "fp64": True}
 
 

@@ -184,6 +184,23 @@ def keep_fact(path: Path, value: Any) -> None:
     _write(path, value)
 
 
+def load_peak(path: Path) -> int | None:
+    """The most GPU memory a task's reference child has held in any evaluation kept so far."""
+    kept = _read(path)
+    try:
+        return int(kept["reserved"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def keep_peak(path: Path, reserved: int) -> int:
+    """Keep the larger of what is kept and ``reserved``; returns what is kept now."""
+    with _locked(path):
+        kept = max(load_peak(path) or 0, int(reserved))
+        _write(path, {"reserved": kept})
+    return kept
+
+
 def load_flops(path: Path) -> int | None:
     kept = _read(path)
     try:

@@ -78,7 +78,8 @@ def test_the_summary_says_what_memory_admission_cost_and_what_was_held_of_it(ben
                 "gpu_exclusive_s": 1.0, "duration_s": 60.0, "gpu_held_s": 5.0, "gpu_wait_s": 2.0,
                 "memory": {"admitted": True, "waited_s": waited, "announced": {"reference": 100, "candidate": 50,
                                                                               "total": 150},
-                           "peak": {"reference": peak_ref, "candidate": peak_cand}},
+                           "peak": {"reference": {"reserved": peak_ref, "allocated": peak_ref},
+                                    "candidate": {"reserved": peak_cand, "allocated": peak_cand}}},
                 "timeline": [["gpu memory: admitted", 1.0 + waited], ["judge: begun", 11.0 + waited]],
                 "gpu_memory_bytes": 1000}
 
@@ -86,7 +87,7 @@ def test_the_summary_says_what_memory_admission_cost_and_what_was_held_of_it(ben
                            120.0, 2)
     # then the summary gives the wait and names the row whose children held more than announced
     assert "waited for GPU memory (s/eval): median 20.00, total 40 over 2 admitted; longest level1/19_ReLU 40" in text
-    assert "GPU memory held at most / announced (2 evaluations)" in text
+    assert "GPU memory reserved at most / announced (2 evaluations)" in text
     assert "over: level1/46_Average_Pooling_3D 1.07" in text
     # and the bound that holding those bytes puts on any schedule: 2 x 150 bytes x 10 s over 900 admitted
     assert "a bound of 3 s on any schedule of them on one GPU" in text

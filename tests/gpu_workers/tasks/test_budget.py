@@ -132,6 +132,32 @@ def test_outputs_larger_than_the_operators_threshold_are_compared_on_the_device(
     assert announced_bytes(request, small, 0, h200, on_device=True)["fp64"] is True
 
 
+def test_the_reference_announces_no_less_than_its_child_held_in_an_earlier_evaluation(tmp_path, monkeypatch):
+    # given a task whose sizes announce ~3.7 GB for its reference on a GPU, and a fresh cache
+    from gpu_workers.tasks.budget import announced_bytes, keep_reference_peak
+
+    monkeypatch.setenv("KERNELCOURT_CACHE_DIR", str(tmp_path))
+    request = _request(TASK, device="cuda")
+    sizing = {"bytes": {"input_bytes": GIB // 2, "output_bytes": GIB // 2, "parameter_bytes": 0}}
+    gpu = {"device": "cuda", "key": "cuda:H200|torch-x|cuda-y", "memory_bytes": 150_109_880_320, "name": "H200",
+           "gpu": {"uuid": "test-h200"}}
+    first = announced_bytes(request, sizing, 0, gpu)
+    # when its reference child held 8 GiB in an evaluation, then 2 GiB in another
+    keep_reference_peak(request, gpu, None, {"reserved": 8 * GIB, "allocated": 7 * GIB})
+    keep_reference_peak(request, gpu, None, {"reserved": 2 * GIB, "allocated": GIB})
+    later = announced_bytes(request, sizing, 0, gpu)
+    # then later evaluations announce the most it held, with the margin and its context, and the candidate's
+    # part is unchanged
+    assert first["reference"] < 8 * GIB
+    assert later["reference"] == int(8 * GIB * 1.1) + (600 << 20)
+    assert later["candidate"] == first["candidate"] and later["total"] == later["reference"] + later["candidate"]
+    # and nothing is kept from a child's word that is no number, nor for other hardware or on the CPU
+    keep_reference_peak(request, gpu, None, {"reserved": "lots"})
+    keep_reference_peak(request, {**gpu, "key": "cuda:H100|torch-x|cuda-y"}, None, {"reserved": 64 * GIB})
+    assert announced_bytes(request, sizing, 0, gpu)["reference"] == later["reference"]
+    assert announced_bytes(request, sizing, 0, hardware_info("cpu"))["reference"] == first["reference"]
+
+
 def test_only_an_admitted_evaluations_cuda_oom_is_a_neighbours():
     oom = "the reference (task) failed to run: torch.OutOfMemoryError: CUDA out of memory."
     assert neighbour_oom("runtime_error", oom, {"admitted": True, "bytes": GIB})
@@ -143,8 +169,12 @@ def test_only_an_admitted_evaluations_cuda_oom_is_a_neighbours():
 @needs_gpu[0]
 @needs_gpu[1]
 def test_relu_at_its_published_size_passes_on_the_gpu(kernelcourt_cache_dir, kernelbench_root):
-    # given level1/19_ReLU as published (a 6.4 GB input) and its identity candidate
+    # given level1/19_ReLU as published (a 6.4 GB input) and its identity candidate, on a GPU that can
+    # admit what it announces (some 131 GB with the float64 reference, 99 GB without: an H200, not an 80 GB card)
     from gpu_workers.suite.kernelbench import identity_candidate
+
+    if torch.cuda.get_device_properties(0).total_memory * 0.9 < 99e9:
+        pytest.skip("level1/19_ReLU announces 99 GB at least: more than this GPU admits")
 
     source = (kernelbench_root / "level1" / "19_ReLU.py").read_text()
     result = evaluate(EvalRequest(task_source=source, kernel_source=identity_candidate(source), device="cuda",
@@ -156,7 +186,7 @@ def test_relu_at_its_published_size_passes_on_the_gpu(kernelcourt_cache_dir, ker
     # and what each child's allocator held at most is within what the evaluation announced for it
     memory = result.timing_stats["memory"]
     for child in ("reference", "candidate"):
-        assert 4096 * 393216 * 4 <= memory["peak"][child] <= memory["announced"][child], child
+        assert 4096 * 393216 * 4 <= memory["peak"][child]["allocated"] <= memory["announced"][child], child
 
 
 @needs_gpu[0]
