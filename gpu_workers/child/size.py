@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 import types
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -38,6 +39,10 @@ class TaskBytes:
     largest: dict[str, int] = field(default_factory=dict)  # kind -> elements of its largest tensor
     how: str = "meta"  # "meta", or "cpu" where the forward has no meta kernel and the task is small
     flops: int | None = None  # one forward's FLOPs (torch's FlopCounterMode, from the shapes alone)
+    # the most bytes the forward's own tensors (its intermediates and outputs) held at once: its
+    # working set beyond the inputs and weights, which deep networks' activations make far larger
+    # than the outputs (None where it could not be followed)
+    working_bytes: int | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -53,7 +58,7 @@ class TaskBytes:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TaskBytes:
         return cls(**{k: data[k] for k in ("input_bytes", "output_bytes", "parameter_bytes", "largest", "how",
-                                            "flops") if k in data})
+                                            "flops", "working_bytes") if k in data})
 
 
 def _assigned(node: ast.stmt) -> list[str]:
@@ -201,14 +206,16 @@ def measure(task: types.ModuleType, forward: bool = True, real_limit: int = 1 <<
         return sizes
     try:
         with torch.no_grad():
-            out, sizes.flops = _counted(model, [t.to("meta") if isinstance(t, torch.Tensor) else t for t in inputs])
+            out, sizes.flops, sizes.working_bytes = _counted(
+                model, [t.to("meta") if isinstance(t, torch.Tensor) else t for t in inputs])
     except Exception as exc:  # noqa: BLE001 - an op without a meta kernel, or a data-dependent shape
         if max(in_largest, p_largest) > real_limit:
             raise SizeError(f"the task's forward does not run on the meta device ({type(exc).__name__}: "
                             f"{str(exc)[:200]}) and its tensors are too large to run it on the CPU") from None
         torch.manual_seed(0)
         with torch.no_grad():
-            out, sizes.flops = _counted(task.Model(*task.get_init_inputs()), list(task.get_inputs()))
+            out, sizes.flops, sizes.working_bytes = _counted(task.Model(*task.get_init_inputs()),
+                                                             list(task.get_inputs()))
         sizes.how = "cpu"
     sizes.output_bytes, sizes.largest["output"] = _weigh(_tensors(out))
     return sizes
@@ -240,19 +247,72 @@ def _weights_on_meta() -> Iterator[None]:
         module.register_parameter, module.register_buffer = register_parameter, register_buffer
 
 
-def _counted(model: Any, inputs: list[Any]) -> tuple[Any, int | None]:
-    """The forward's outputs and its FLOPs, counted from the shapes as it runs: the roofline floor's
-    count, made here (outside any GPU slot, once per task and bound) rather than by the reference
-    child while it holds the GPU. A forward the counter cannot follow runs again without it."""
-    try:
-        from torch.utils.flop_counter import FlopCounterMode
+class _LiveBytes:
+    """The bytes of the storages a forward's operators make, while any tensor on them lives, and
+    their most at once: the forward's working set, counted from the shapes as it runs (on the meta
+    device nothing is allocated). A storage is counted once however many views it has, and freed
+    with the last of them; what existed before the forward (inputs, weights, their in-place
+    updates) is not its own."""
 
-        counter = FlopCounterMode(display=False)
-        with counter:
+    def __init__(self, model: Any, inputs: list[Any]):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        tracker = self
+        self.before = {self._key(t) for t in _tensors(inputs) + list(model.parameters()) + list(model.buffers())}
+        self.live: dict[int, list[int]] = {}  # storage -> [bytes, tensors on it]
+        self.now = self.peak = 0
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                out = func(*args, **(kwargs or {}))
+                for tensor in _tensors(out):
+                    tracker._made(tensor)
+                return out
+
+        self.mode = Mode()
+
+    @staticmethod
+    def _key(tensor: Any) -> int | None:
+        try:
+            return int(tensor.untyped_storage()._cdata)
+        except Exception:  # noqa: BLE001 - a tensor without a storage of its own
+            return None
+
+    def _made(self, tensor: Any) -> None:
+        key = self._key(tensor)
+        if key is None or key in self.before:
+            return
+        entry = self.live.get(key)
+        if entry is None:
+            entry = self.live[key] = [int(tensor.untyped_storage().nbytes()), 0]
+            self.now += entry[0]
+            self.peak = max(self.peak, self.now)
+        entry[1] += 1
+        weakref.finalize(tensor, self._gone, key)
+
+    def _gone(self, key: int) -> None:
+        entry = self.live.get(key)
+        if entry is not None:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self.live[key]
+                self.now -= entry[0]
+
+
+def _counted(model: Any, inputs: list[Any]) -> tuple[Any, int | None, int | None]:
+    """The forward's outputs, its FLOPs and its working set (``_LiveBytes``), counted from the shapes
+    as it runs: the roofline floor's count and the GPU announcement's working set, made here (outside
+    any GPU slot, once per task and bound) rather than by the reference child while it holds the GPU.
+    A forward that the counters cannot follow runs again without them."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    try:
+        counter, live = FlopCounterMode(display=False), _LiveBytes(model, inputs)
+        with counter, live.mode:
             out = model(*inputs)
-        return out, int(counter.get_total_flops())
-    except Exception:  # noqa: BLE001 - the count is an extra; the forward's own failure shows below
-        return model(*inputs), None
+        return out, int(counter.get_total_flops()), live.peak
+    except Exception:  # noqa: BLE001 - the counts are extras; the forward's own failure shows below
+        return model(*inputs), None, None
 
 
 def _measured(task: types.ModuleType) -> TaskBytes:

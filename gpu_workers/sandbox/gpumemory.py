@@ -178,7 +178,8 @@ HOLD_BYTES = 1 << 30  # the candidate's judge keeps its recent private input cop
 def evaluation_bytes(task_bytes: dict[str, Any], kept: int, fp64: bool = True) -> dict[str, int]:
     """What one evaluation's children hold on the GPU at once, at most, from the task's own bytes
     (measured on the meta device: ``tasksize``): P parameters, I inputs, O outputs, and a forward's
-    working set W taken as I + O. Every input set is made when it is needed and dropped after
+    working set W: I and the most its own tensors held at once (``working_bytes``: a deep network's
+    activations), at least I + O. Every input set is made when it is needed and dropped after
     (isolation.JustInTime), so one set is live at a time.
 
     * reference: both weight configurations (2P, and 4P more in float64), the set and its private
@@ -194,7 +195,7 @@ def evaluation_bytes(task_bytes: dict[str, Any], kept: int, fp64: bool = True) -
     inputs = int(task_bytes.get("input_bytes", 0))
     outputs = int(task_bytes.get("output_bytes", 0))
     params = int(task_bytes.get("parameter_bytes", 0))
-    work = inputs + outputs
+    work = inputs + max(outputs, int(task_bytes.get("working_bytes") or 0))
     if fp64:
         reference = 6 * params + 4 * inputs + (3 + kept) * outputs + 2 * work + CONTEXT_BYTES
     else:

@@ -26,8 +26,9 @@ OOM_RETRIES = 2
 
 # How a sizing is made, in its key: a sizing kept by an earlier method is made again (method 2:
 # sizes computed from other constants follow them, and the FLOPs are counted; 3: a constructor that
-# reads a value, which the meta device has none of, is built with its weights moved to meta).
-SIZING_METHOD = "3"
+# reads a value, which the meta device has none of, is built with its weights moved to meta; 4: the
+# forward's working set is measured).
+SIZING_METHOD = "4"
 
 
 def sizing_path(request: EvalRequest, hardware: dict[str, Any], profile: str | None):

@@ -183,3 +183,42 @@ def test_swin_at_its_published_size_is_measured(kernelbench):
     weights = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
     assert sized["bytes"]["parameter_bytes"] == weights
     assert sized["bytes"]["largest"]["output"] == module.batch_size * model.head.out_features
+
+
+WIDENING = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        wide = x.repeat(1, 16)  # 16 times the input
+        doubled = wide * 2  # another 16 times, while the first lives
+        del wide
+        x.relu_()  # in place on the input: the input's bytes, not the forward's
+        out = doubled.sum(dim=1, keepdim=True)
+        for _ in range(8):
+            out = out * 3  # a chain: one link lives at a time
+        return out.view(-1)  # a view: the same storage
+
+
+def get_inputs():
+    return [torch.randn(1024, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_the_forwards_working_set_is_the_most_its_own_tensors_hold_at_once(kernelbench):
+    # given a forward whose intermediates are 32 times its 256 KiB input, and one that is elementwise
+    module = load_task_module(WIDENING, None)
+    # when each is measured on the meta device
+    sizes = measure(module)
+    relu = measure(load_task_module((kernelbench / "level1" / "19_ReLU.py").read_text(), None))
+    # then the working set is the two 4 MiB intermediates alive together, not the output, the input
+    # or the sum of every tensor the forward made; ReLU's is its output
+    assert sizes.input_bytes == 1024 * 64 * 4 and sizes.output_bytes == 1024 * 4
+    assert sizes.working_bytes == 2 * 1024 * 64 * 16 * 4
+    assert relu.working_bytes == relu.output_bytes == 4096 * 393216 * 4

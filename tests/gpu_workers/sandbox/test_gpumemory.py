@@ -119,6 +119,11 @@ def test_evaluation_bytes_follow_the_task_with_one_input_set_live_at_a_time():
     assert narrow["candidate"] == small["candidate"] and narrow["reference"] < small["reference"]
     weights = evaluation_bytes({**task, "parameter_bytes": GIB}, kept=0)
     assert weights["reference"] - small["reference"] == 6 * GIB  # two configurations, fp32 and fp64
+    # a forward whose own tensors hold 5 GiB at once (activations) works in that, not in its output
+    deep = evaluation_bytes({**task, "working_bytes": 5 * GIB}, kept=0)
+    assert deep["reference"] - small["reference"] == 2 * 4 * GIB  # the working set in fp64
+    assert deep["candidate"] - small["candidate"] == 4 * GIB
+    assert evaluation_bytes({**task, "working_bytes": GIB // 2}, kept=0) == small  # never less than I + O
 
 
 def test_host_limit_has_a_floor_and_grows_with_the_outputs():
