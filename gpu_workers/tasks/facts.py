@@ -184,13 +184,16 @@ def keep_fact(path: Path, value: Any) -> None:
     _write(path, value)
 
 
-def load_peak(path: Path) -> int | None:
-    """The most GPU memory a task's reference child has held in any evaluation kept so far."""
-    kept = _read(path)
+def _kept_int(path: Path, key: str) -> int | None:
     try:
-        return int(kept["reserved"])
+        return int(_read(path)[key])
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def load_peak(path: Path) -> int | None:
+    """The most GPU memory a task's reference child has held in any evaluation kept so far."""
+    return _kept_int(path, "reserved")
 
 
 def keep_peak(path: Path, reserved: int) -> int:
@@ -202,11 +205,7 @@ def keep_peak(path: Path, reserved: int) -> int:
 
 
 def load_flops(path: Path) -> int | None:
-    kept = _read(path)
-    try:
-        return int(kept["flops"])
-    except (KeyError, TypeError, ValueError):
-        return None
+    return _kept_int(path, "flops")
 
 
 def keep_flops(path: Path, flops: int) -> None:
