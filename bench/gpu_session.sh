@@ -25,6 +25,9 @@
 #   overhead    where a host-bound forward's time goes in a child (bench/host_overhead.py) for each of
 #               OVERHEAD_TASKS (KernelBench paths under the task folder), with the plain loop and with our
 #               timer (OVERHEAD_TIMERS), OVERHEAD_ARGS passed on
+#   alternation whether timing two processes in alternation cancels the host's drift (bench/alternation.py)
+#               for each of ALT_TASKS (KernelBench paths), free and on one CPU, idle and beside ALT_LOAD busy
+#               processes; ALT_ARGS passed on; $OUT/alternation.jsonl
 #   repro       the host-timed identities (REPRO_TASKS, default L3 9, 20, 22, 28, 32, 40, 41, 42): 3 repeats at
 #               1 worker with the plain method beside each, then once at 16 workers, in one JSONL
 #               (repro.jsonl), whose summary gives max/min over the runs and the agreement
@@ -114,6 +117,11 @@ for s in ${STEPS:-tests sweep}; do
         TAIL=40 step "overhead_$timer" "${OVERHEAD_S:-300}" bash -c 'for t in $0; do echo "== $t"; python3 bench/host_overhead.py "$1/$t" --device cuda --timer "$2" $3; done' \
           "${OVERHEAD_TASKS:-level3/28_VisionTransformer.py}" "$root" "$timer" "${OVERHEAD_ARGS:---repeat 2}"
       done ;;
+    alternation)
+      root=$( [ -d shared/kernelbench ] && echo shared/kernelbench || echo ../shared/kernelbench)
+      TAIL=40 step alternation "${ALT_S:-300}" bash -c 'for t in $0; do for load in 0 $2; do for pin in "" "--pin 3"; do
+          python3 bench/alternation.py "$1/$t" --device cuda --load $load $pin $3 --out "$4" | tail -2; done; done; done' \
+        "${ALT_TASKS:-level3/28_VisionTransformer.py}" "$root" "${ALT_LOAD:-12}" "${ALT_ARGS:---pairs 3}" "$OUT/alternation.jsonl" ;;
     repro)
       root=$( [ -d shared/kernelbench ] && echo shared/kernelbench || echo ../shared/kernelbench)
       tasks=${REPRO_TASKS:-3/9 3/20 3/22 3/28 3/32 3/40 3/41 3/42}
@@ -122,7 +130,7 @@ for s in ${STEPS:-tests sweep}; do
       # a fourth run of each, at 16 workers: appended as repeat 3 (the rows of repeats 0-2 are kept)
       TAIL=30 step repro_16w "${REPRO_S:-400}" python3 bench/kernelbench_sweep.py --root "$root" --device cuda \
         --workers 16 --repeat 4 --tasks $tasks --out "$OUT/repro.jsonl" ;;
-    *) echo "unknown step $s (tests sweep probe compile throughput realwork fidelity train watch overhead repro)"; exit 2 ;;
+    *) echo "unknown step $s (tests sweep probe compile throughput realwork fidelity train watch overhead alternation repro)"; exit 2 ;;
   esac
 done
 exit 0

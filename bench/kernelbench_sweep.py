@@ -38,12 +38,16 @@ from gpu_workers.schema import is_infrastructure  # noqa: E402 - after the check
 
 def _phase_seconds(timeline: list[list[Any]]) -> dict[str, float]:
     """Seconds from the evaluation's start to each phase's end, from the result's timeline."""
-    marks = {label: at for label, at in timeline}
+    marks: dict[str, float] = {}
+    for label, at in timeline:
+        marks.setdefault(label, at)
     out = {}
-    for phase, label in (("compile", "compile: done"), ("reference", "reference: done"),
-                         ("candidate", "candidate: done"), ("judge", "judge: done")):
-        if label in marks:
-            out[phase] = marks[label]
+    # a reference child that stays beside the candidate ends its phase with "checking"
+    for phase, labels in (("compile", ("compile: done",)), ("reference", ("reference: done", "reference: checking")),
+                          ("candidate", ("candidate: done",)), ("judge", ("judge: done",))):
+        seen = [marks[label] for label in labels if label in marks]
+        if seen:
+            out[phase] = min(seen)
     return out
 
 
@@ -70,6 +74,8 @@ def row_for(key: str, repeat: int, result: Any, wall_s: float) -> dict[str, Any]
         "speedup": result.speedup, "timings_ms": result.timings_ms, "spread": spreads,
         "findings": [{"rule": f.rule, "severity": f.severity} for f in result.findings],
         "kernel_timed": kernel.get("timed"), "iterations": kernel.get("iterations"),
+        # timed in alternation with its eager baseline (pipeline/pairing.py): rounds, iterations a round, CPU
+        "eager_paired": (stats.get("eager") or {}).get("paired"),
         # the host warm-up of each timing: how long, whether its host time got steady
         "host_warm": {n: (stats.get(n) or {}).get("host_warm") for n in ("kernel", "eager", "compile")},
         "baseline_samples_ms": {n: (stats.get(n) or {}).get("samples_ms") for n in ("eager", "compile")},
@@ -104,7 +110,10 @@ def row_for(key: str, repeat: int, result: Any, wall_s: float) -> dict[str, Any]
 
 def _interval_kind(row: dict[str, Any]) -> str:
     """Which run-to-run spread a row's eager interval held (verdict._speedup_intervals): its kept
-    baseline's (three or more evaluations), the machine's, or none beyond its timings' own."""
+    baseline's (three or more evaluations), the machine's, or none beyond its timings' own; a
+    baseline timed in alternation with the kernel holds none (it met the same stretches)."""
+    if row.get("eager_paired"):
+        return "paired"
     if len((row.get("baseline_samples_ms") or {}).get("eager") or []) >= 3:
         return "kept runs"
     return "the machine's" if (row.get("run_to_run") or {}).get(row.get("kernel_timed") or "") else "its own"
@@ -172,11 +181,15 @@ def summarize(rows: list[dict[str, Any]], wall_s: float | None, evaluated: int) 
             if some:
                 lines.append(f"  timed {timed}: {len(some)} tasks, median {statistics.median(some):.4f}, "
                              f"max {max(some):.4f}, within 0.03: {sum(o <= 0.03 for o in some)}")
+        paired = [abs(r["speedup"]["eager"] - 1.0) for r in passed if r.get("eager_paired") and r["speedup"].get("eager")]
+        if paired:
+            lines.append(f"  timed in alternation with eager: {len(paired)} tasks, median {statistics.median(paired):.4f}, "
+                         f"max {max(paired):.4f}, within 0.03: {sum(o <= 0.03 for o in paired)}")
         intervals = [((r.get("speedup_interval") or {}).get("eager"), _interval_kind(r)) for r in passed]
         intervals = [(i, kind) for i, kind in intervals if i]
         if intervals:  # an honest identity's interval should hold 1: a tie with its own reference
             parts = []
-            for kind in ("kept runs", "the machine's", "its own"):
+            for kind in ("paired", "kept runs", "the machine's", "its own"):
                 some = [i for i, k in intervals if k == kind]
                 if some:
                     parts.append(f"{sum(lo <= 1.0 <= hi for lo, hi in some)} of {len(some)} with {kind} spread")

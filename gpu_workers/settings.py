@@ -39,6 +39,7 @@ class EvaluatorSettings:
     timing_cpus: str = ""
     settle_within: float = 0.01
     host_warm_s: float = 1.0
+    pair_host_timed: bool = True
     reference_reuse: bool = True
     lite: bool = True
     split: bool = True

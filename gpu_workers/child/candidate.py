@@ -258,6 +258,8 @@ def role_candidate(setup: dict[str, Any], send: Sender) -> None:
                                           warmup_inputs=warmup_inputs, fingerprint=fingerprint,
                                           keep=set(setup.get("keep_rotations", range(len(rotation_inputs)))),
                                           on_timed=send.timing_begin, on_busy=send.gpu_busy,
+                                          # timed in alternation with its baseline where the parent says
+                                          on_round=send.round, round_every=int(setup.get("pair_every") or 0),
                                           **timing_switches(setup))
     except BaseException as exc:  # noqa: BLE001
         send("error", where="timing", build_error=False, error=describe(exc))

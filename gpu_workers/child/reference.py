@@ -180,7 +180,29 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
             send.pause("timing_end", baseline=name, stats=stats)  # the next baseline's work waits for shared
         except Exception as exc:  # noqa: BLE001 - a baseline that cannot run is reported, not fatal
             send("baseline_failed", baseline=name, error=short_traceback(exc, 2000))
-    if on_device or later:
+    def time_pair(every: int) -> dict[str, Any]:
+        """The eager baseline timed again, now, as one side of a pair timed in alternation with the
+        candidate's timing (``pipeline/pairing.py``): the loop of the baseline phase above, in rounds."""
+        fn = _baseline_callable("eager", models[0], device, rotation_inputs)
+        buffers = fresh_copy(rotation_inputs[0], device)
+        with torch.no_grad():
+            fn(*buffers)
+            stats = timing.time_callable(fn, buffers, rotation_inputs, device, keep=whole, fingerprint=fingerprint,
+                                          rooms={r: rotations[r]["outputs"] for r in whole
+                                                 if device.type == "cpu" and rotations[r]["outputs"]},
+                                          budget_s=float(setup["timing_budget_s"]),
+                                          max_iters=int(setup.get("max_iters", 1000)),
+                                          warmup_inputs=fresh_copy(trial_inputs[0], device),
+                                          on_timed=lambda: send.timing_begin(baseline="eager"),
+                                          on_busy=send.gpu_busy, on_round=send.round, round_every=every,
+                                          **timing_switches(setup))
+        stats.pop("kept_outputs")
+        stats.pop("fingerprints", None)
+        del fn, buffers
+        measure.release_gpu_cache(device)
+        return stats
+
+    if on_device or later or setup.get("pair"):
         # It stays beside the candidate, whose room the announcement counts apart from this child's:
         # what the baselines left cached (a compiled graph's workspace, a CUDA graph's pool) goes first.
         fn = buffers = None
@@ -192,7 +214,7 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
             "trial": lambda i: (seeds["trials"][i][0], trial_inputs[i]),
             "after": lambda _i: (0, make_inputs(task, seeds["after"], device))},
             wide_outputs=wide_outputs, atol=atol, rtol=rtol,
-            fingerprint=lambda r: run(0, rotation_inputs[r], wide=False, whole=False))
+            fingerprint=lambda r: run(0, rotation_inputs[r], wide=False, whole=False), time_pair=time_pair)
 
 
 def _bytes(values: list[Any]) -> int:
@@ -232,7 +254,7 @@ def output_spread(leaves: list[Any]) -> list[list[float] | None]:
 
 
 def serve_comparisons(send: Sender, device, models: list[Any], run_inputs: dict[str, Any], wide_outputs: Any,
-                      atol: float, rtol: float, fingerprint: Any) -> None:
+                      atol: float, rtol: float, fingerprint: Any, time_pair: Any = None) -> None:
     """Until the parent says finish, answer what the candidate phase asks of this task's reference:
 
     * ``{"fingerprints": [r, ...]}``: the fingerprint and bounds of the reference's output for each
@@ -242,7 +264,9 @@ def serve_comparisons(send: Sender, device, models: list[Any], run_inputs: dict[
       what the candidate's judge handed over on the device (``handover``) against this task's
       outputs for the same input set, made again from its seed ("again": the candidate's rerun of
       trial 1 against its own first answer, at the determinism tolerances the request names),
-      answered ``compared`` with the comparison's fields."""
+      answered ``compared`` with the comparison's fields;
+    * ``{"pair": every}``: the eager baseline timed in alternation with the candidate's timing, in
+      rounds of ``every`` iterations (``time_pair``), answered ``paired`` with its stats."""
     import torch
 
     from . import handover, measure
@@ -252,6 +276,14 @@ def serve_comparisons(send: Sender, device, models: list[Any], run_inputs: dict[
         request = send.receive()
         if type(request) is not dict or request.get("finish"):
             return
+        if "pair" in request and time_pair is not None:
+            try:
+                stats = time_pair(int(request["pair"]))
+            except Exception as exc:  # noqa: BLE001 - the candidate's timing goes on unpaired
+                send("pair_failed", error=short_traceback(exc, 2000))
+                continue
+            send("paired", stats=stats)
+            continue
         if "fingerprints" in request:
             answered = []
             for r in request["fingerprints"]:

@@ -74,6 +74,15 @@ class Sender:
         self("timing_begin", **payload)
         self._wait_go("to start timing")
 
+    def round(self) -> bool:
+        """A timing in alternation ended a round: say so and wait while the other side times one
+        (``pipeline/pairing.py``); the parent's byte says whether to go on (``g``) or stop (``s``)."""
+        self("round")
+        byte = self._read(self._in_fd, 1) if self._in_fd >= 0 else b""
+        if byte not in (b"g", b"s"):
+            raise RuntimeError("the parent gave no word after a timing round")
+        return byte == b"g"
+
     def pause(self, phase: str, **payload: Any) -> None:
         """A message sent at a pause point (all GPU work so far synchronised), then wait for the
         parent's go: meanwhile a timing of another evaluation may have the GPU (gpuslot)."""

@@ -227,6 +227,8 @@ def time_callable(
     on_timed: Callable[[], None] | None = None,
     rooms: dict[int, list[Any]] | None = None,
     on_busy: Callable[[dict[str, Any]], None] | None = None,
+    on_round: Callable[[], bool] | None = None,
+    round_every: int = 0,
 ) -> dict[str, Any]:
     """Median time of ``fn(*buffers)`` with the buffers' values rotated between iterations.
 
@@ -276,6 +278,11 @@ def time_callable(
 
     On CUDA it first waits until other processes' work has left the GPU (``await_idle``); where it
     does not, ``on_busy`` is called (the parent lets the GPU go and gives it back) and it waits again.
+
+    With ``on_round``, the timing is one side of a pair timed in alternation (``pipeline/pairing.py``):
+    after every ``round_every`` timed iterations it calls ``on_round()``, which waits while the other
+    side times a round of its own and says whether to go on. The waits are no part of the timing: its
+    budget and ``span_ms`` leave them out (``paused_ms`` says how long they were).
 
     It stops at ``max_iters``, at ``budget_s``, once the times are tight (interquartile spread within
     ``target_spread``), or once the median is known to within ``settle_within`` or, on CUDA, to the
@@ -439,6 +446,8 @@ def time_callable(
         if on_timed is not None:
             on_timed()
         started = _perf_counter()
+        paused = 0.0  # seconds waiting in on_round, while the other side of a pair timed
+        rounds = 0
         iteration = 0
         while True:
             r = main[iteration % len(main)]
@@ -489,9 +498,17 @@ def time_callable(
             iteration += 1
             if cuda and iteration % ROUND_TRIP_EVERY == 0:
                 end_to_end(ends[(iteration // ROUND_TRIP_EVERY - 1) % len(ends)])
-            elapsed = _perf_counter() - started
             if iteration >= max_iters:
                 break
+            if on_round is not None and round_every > 0 and iteration % round_every == 0:
+                synchronize(device)  # nothing of this side's runs on while the other times
+                rounds += 1
+                waited0 = _perf_counter()
+                go_on = on_round()
+                paused += _perf_counter() - waited0
+                if not go_on:
+                    break
+            elapsed = _perf_counter() - started - paused
             if iteration % SETTLE_EVERY == 0:
                 seen_cpus.add(host_cpu())
                 if host_times:  # the spin follows the forward's host time
@@ -555,9 +572,11 @@ def time_callable(
         "host_cpus": sorted(c for c in seen_cpus | {host_cpu()} if c is not None),
         "total_ms": sum(times),
         "window_waits_ms": window_waits * 1e3 if window_waits is not None else None,
-        # this process's own clock from the parent's start signal to here: the parent's clock over the
-        # same span says whether this clock ran true (judge.timer_finding)
-        "span_ms": (_perf_counter() - started) * 1e3,
+        # this process's own clock from the parent's start signal to here, less the waits between
+        # rounds: the parent's clock over the same span says whether this clock ran true (judge.timer_finding)
+        "span_ms": (_perf_counter() - started - paused) * 1e3,
+        "paused_ms": paused * 1e3,
+        "rounds": rounds,
         # what else of the parent's wall clock over the loop the forward's own time explains, beside the
         # loop's own cost per iteration (judge.timer_finding): the end-to-end iterations' forwards, the spins
         "e2e_total_ms": sum(e2e_times) if cuda else 0.0,

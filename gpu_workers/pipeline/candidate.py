@@ -21,7 +21,8 @@ from ..sandbox.gpumemory import HOLD_BYTES
 from ..sandbox.gpuslot import GpuSlot, SlotUse, gpu_slot, hold_bound
 from ..schema import EvalRequest, Finding
 from ..settings import EvaluatorSettings
-from . import plan
+from ..tasks import facts as taskfacts
+from . import pairing, plan
 from .accounting import CpuUse, TimedSpan, Timeline
 from .plan import (
     INIT_CONFIGS,
@@ -30,7 +31,7 @@ from .plan import (
     rotations_for,
     timing_options,
 )
-from .reference import Checker, grant_alone, let_busy_go
+from .reference import Checker, grant_alone, let_busy_go, spread_path, task_fact_path
 
 
 class Forged(Exception):
@@ -146,6 +147,9 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
         "compare_on_device": on_device,
         "poison_bytes": 2 * out_bytes,
         "hold_bytes": HOLD_BYTES,  # what the GPU announcement counts for it (sandbox/gpumemory.py)
+        # host-bound: timed in alternation with its eager baseline, a round of this many iterations each
+        "pair_every": plan.pair_every(request.device, checker is not None, reference.get("baselines") or {},
+                                      settings.pair_host_timed),
     }
     max_bytes = 64 * (out_bytes + (1 << 20)) * (request.trials + rotations_for(request.device) + 4)
     child.mac_key = setup["mac_key"] = secrets.token_bytes(32)
@@ -159,7 +163,9 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
         expected = (["prepared", "imported", "built", "ready"] + ["trial"] * request.trials
                     + ["want_gpu", "timing_begin", "timing_end", "timing_read", "timing_outputs", "after", "done"])
         received = 0
-        busy = 0  # "gpu_busy" messages: the timing found the GPU still busy (outside the protocol's order)
+        busy = 0  # "gpu_busy" and "round" messages: outside the protocol's order, inside the timing
+        rounds = 0  # the timing's rounds in alternation with its baseline
+        pair: pairing.Pairing | None = None
         span: TimedSpan | None = None
         # the stretch in progress: the step after which it began, and when it must have ended
         stretch = {"after": "setup", "ends": "prepared", "by": time.monotonic() + bounds["prepared"],
@@ -219,6 +225,19 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
                     raise PhaseFailure("runtime_error", f"the candidate raised during {where}: {summary}", log)
                 at = received - busy
                 want = expected[at - 1] if at <= len(expected) else None
+                if phase == "round" and want == "timing_end" and setup["pair_every"]:  # a paired timing's round
+                    busy += 1
+                    rounds += 1
+                    if message.get("seq") != received or rounds > plan.max_timed_iterations(request.device):
+                        raise Forged(make_finding(rule_set, "forged_result",
+                                                   f"message {received} was round {rounds} (seq {message.get('seq')!r})"),
+                                     child.log_tail())
+                    paused = time.monotonic()
+                    word = pair.turn() if pair is not None else b"g"
+                    deadline += time.monotonic() - paused  # the reference's round, not the candidate's time
+                    stretch["by"] += time.monotonic() - paused
+                    child.signal(word)
+                    continue
                 if phase == "gpu_busy" and want == "timing_begin":  # between its go and its timing
                     busy += 1
                     if message.get("seq") != received:
@@ -251,12 +270,30 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
                     deadline += grant_alone(gpu, child, timeline, "candidate")
                     went(phase)
                 elif phase == "timing_begin":
+                    if setup["pair_every"]:  # the reference times its first round while the candidate waits
+                        paused = time.monotonic()
+                        pair = pairing.Pairing(checker, child, gpu, hardware, timeline, setup["pair_every"],
+                                               request.run_timeout_s, pairing.pair_cpu(hardware))
+                        pair.begin()
+                        deadline += time.monotonic() - paused
+                        stretch["by"] += time.monotonic() - paused
                     span = TimedSpan(child)  # while the child waits for this go
                     child.signal()
                 elif phase == "timing_end":
                     if span is not None:
-                        evidence.timing_wall_ms, evidence.timing_descheduled_ms = span.end()
+                        evidence.timing_wall_ms, evidence.timing_descheduled_ms = span.end(extra_blocks=rounds)
                         evidence.timing_span = span.detail
+                    if pair is not None:
+                        paused = time.monotonic()
+                        entry = pair.end()
+                        if entry is not None:
+                            entry["overhead_ms_per_iter"] = judge.loop_cost_ms(entry["wall_ms"], entry["descheduled_ms"],
+                                                                               entry["stats"])
+                            # a trusted timing of the baseline like any other: kept beside the others
+                            taskfacts.keep_baseline(task_fact_path(request, hardware, reference["profile"], "eager"),
+                                                    dict(entry), spread_path(request, hardware))
+                        reference["paired"] = {"entry": entry, "error": pair.error, "rounds": rounds}
+                        deadline += time.monotonic() - paused
                     deadline += gpu.shared()  # the child's next GPU work waits for this (a pause point)
                     evidence.timing = message["stats"]
                 elif phase == "timing_read":  # the kept outputs are on the child's host: CPU work alone
@@ -313,5 +350,8 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
         except subprocess.TimeoutExpired:
             raise PhaseFailure("timeout", "the candidate process did not exit after its last report",
                                child.log_tail()) from None
+        finally:
+            if pair is not None:
+                pair.unpin()
         log = child.log_tail()
     return evidence, log

@@ -79,3 +79,29 @@ def timing_options(hardware: dict[str, Any], settings: EvaluatorSettings) -> dic
 def device_string(request: EvalRequest) -> str:
     # The child sees only the GPU it was given, as device 0.
     return "cuda:0" if request.device == "cuda" else "cpu"
+
+
+# Timed iterations per round. CUDA: with the end-to-end iterations between them some 16 forward
+# calls, tens of milliseconds for a host-bound L3 forward (ViT: 2 ms a call) to a few hundred
+# (DenseNet121: 12 ms), well inside the stretches over which the host's speed moves. The CPU: a
+# timing has 24 input sets, so six rounds.
+PAIR_EVERY = {"cuda": 12, "cpu": 4}
+
+
+def pairs(device: str, enabled: bool) -> bool:
+    """Whether the reference child stays through the candidate phase to time a pair with it
+    (``pairing.py``), where nothing else keeps it (on CUDA the timed sets' fingerprints always do): on the CPU every timing
+    is the host's."""
+    return enabled and device == "cpu"
+
+
+def pair_every(device: str, stays: bool, baselines: dict[str, Any], enabled: bool) -> int:
+    """How many iterations a round of the candidate's timing has (0: not paired). Paired where the
+    reference child stays through the candidate phase (``stays``) and the task's eager baseline is
+    the host's time: on the CPU always, on CUDA where its reward's time came from the host series (a kernel-side
+    time is the GPU's, steady from process to process). There the kept baseline carries another
+    stretch's host speed."""
+    if not enabled or not stays or device not in PAIR_EVERY:
+        return 0
+    stats = (baselines.get("eager") or {}).get("stats") or {}
+    return PAIR_EVERY[device] if device == "cpu" or stats.get("timed") == "host" else 0

@@ -115,6 +115,7 @@ def run_reference(request: EvalRequest, hardware: dict[str, Any], profile: str |
     setup["fp64"] = fp64
     setup["keep_rotations"] = plan.kept_rotations(request.device, on_device)
     setup["fingerprint_later"] = fingerprinted_later(request.device, on_device)
+    setup["pair"] = pairing_stays = plan.pairs(request.device, settings.pair_host_timed)  # it stays to time a pair
     env = child_env(request, hardware, None, hide_gpu=False)
     child, reused = refpool.borrow(env, limits["spawn"])
     child.memory_limit_bytes = limits["rss"] << 20  # this evaluation's own bound (the watchdog's)
@@ -132,7 +133,7 @@ def run_reference(request: EvalRequest, hardware: dict[str, Any], profile: str |
             try:
                 reference, baselines = _messages(request, hardware, profile, child, gpu, timeline,
                                                  wanted, cached, flops_cached, flops_path,
-                                                 serves=on_device or setup["fingerprint_later"])
+                                                 serves=on_device or setup["fingerprint_later"] or pairing_stays)
             except sandbox.ChildError as exc:
                 raise child_failure(exc, child, "running the reference", request.run_timeout_s) from None
             finally:
@@ -263,6 +264,10 @@ class Checker:
         self.on_device = on_device
         self._rotations = rotations
         self._broken = False
+
+    def broke(self) -> None:
+        """It left the protocol (a failed or garbled answer): closed at the end, never lent again."""
+        self._broken = True
 
     def _ask(self, request: dict[str, Any], expected: str, what: str) -> dict[str, Any]:
         """Send one request and read its answer (``recv`` does not count the time the child is kept

@@ -32,7 +32,20 @@ def _baseline_stats(entry: dict[str, Any]) -> dict[str, Any]:
     return {**entry["stats"], "samples_ms": entry.get("samples_ms"), "samples_spread": entry.get("samples_spread"),
             # the parent's wall clock over the loop and the loop's own cost per iteration (judge.timer_finding)
             "wall_ms": entry.get("wall_ms"), "descheduled_ms": entry.get("descheduled_ms"), "wall": entry.get("span"),
-            "overhead_ms_per_iter": entry.get("overhead_ms_per_iter")}
+            "overhead_ms_per_iter": entry.get("overhead_ms_per_iter"),
+            "paired": entry.get("paired")}  # timed in alternation with the kernel, in this evaluation
+
+
+def with_paired(reference: dict[str, Any]) -> dict[str, Any]:
+    """The baselines this result is set against: where the kernel was timed in alternation with its
+    eager baseline (``pipeline/pairing.py``), that timing of it, not the kept one (whose samples still
+    say how settled it is)."""
+    baselines = dict(reference.get("baselines") or {})
+    entry = (reference.get("paired") or {}).get("entry")
+    if entry:
+        kept = baselines.get("eager") or {}
+        baselines["eager"] = {**entry, "samples_ms": kept.get("samples_ms"), "samples_spread": kept.get("samples_spread")}
+    return baselines
 
 
 def _speedup_intervals(request: EvalRequest, timing: dict[str, Any], baselines: dict[str, Any],
@@ -49,6 +62,9 @@ def _speedup_intervals(request: EvalRequest, timing: dict[str, Any], baselines: 
     kernel_kind = str(timing.get("timed") or "")
     for name in request.baselines:
         entry = baselines.get(name) or {}
+        if entry.get("paired"):  # timed in alternation with the kernel: the same stretches of the host's speed
+            out[name] = spread.speedup_interval((entry.get("stats") or {}).get("spread_ms"), timing.get("spread_ms"))
+            continue
         kept = entry.get("samples_spread") or {}
         stats = entry.get("stats") or {}
         base_kind = str(stats.get("timed") or "")
@@ -153,7 +169,7 @@ def judge_evidence(request: EvalRequest, rule_set: dict[str, Any], hardware: dic
     kernel_ms = timing.get("median_ms")
     timings_ms: dict[str, float | None] = {"kernel": kernel_ms}
     speedup: dict[str, float | None] = {}
-    baselines = reference.get("baselines", {})
+    baselines = with_paired(reference)
     for name in request.baselines:
         entry = baselines.get(name, {})
         base_ms = entry.get("stats", {}).get("median_ms") if "stats" in entry else None

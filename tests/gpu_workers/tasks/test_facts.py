@@ -97,6 +97,8 @@ def test_kept_facts_survive_broken_files_and_differ_by_what_they_depend_on(fact)
 def test_the_first_evaluations_of_a_task_each_time_its_baseline_and_later_ones_use_the_kept_ones(tmp_path, monkeypatch):
     monkeypatch.setenv("KERNELCOURT_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("KERNELCOURT_BASELINE_SAMPLES", "2")
+    # timed alone: a timing in alternation with the baseline is one more sample of it (test_pairing.py)
+    monkeypatch.setenv("KERNELCOURT_PAIR_HOST_TIMED", "0")
     request = EvalRequest(task_source=(TASKS / "scale_relu.py").read_text(), kernel_source=KERNEL, device="cpu",
                           track="open", baselines=("eager",), timing_budget_s=0.1, trials=2, run_timeout_s=60.0)
     timed = []
@@ -159,6 +161,7 @@ def test_an_evaluation_whose_baseline_is_new_holds_the_machines_spread(tmp_path,
     from gpu_workers.pipeline.reference import spread_path
 
     monkeypatch.setenv("KERNELCOURT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("KERNELCOURT_PAIR_HOST_TIMED", "0")  # set against the kept baseline, not one timed beside it
     request = EvalRequest(task_source=(TASKS / "scale_relu.py").read_text(), kernel_source=KERNEL, device="cpu",
                           track="open", baselines=("eager",), timing_budget_s=0.1, trials=2, run_timeout_s=60.0)
     spread = spread_path(request, hardware_info("cpu"))

@@ -1,0 +1,109 @@
+"""A host-bound candidate timed in alternation with its eager baseline (``pipeline/pairing.py``):
+the reference child times the baseline again between the candidate's rounds, the speedup is set
+against that timing, and the rounds' waits are no part of either side's timing."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpu_workers import EvalRequest, evaluate
+from gpu_workers.child import timing
+from gpu_workers.pipeline import plan
+from gpu_workers.pipeline.verdict import with_paired
+from gpu_workers.settings import current
+
+TASK = Path(__file__).resolve().parent / "hacks" / "tasks" / "scale_relu.py"
+KERNEL = """
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.relu(x * 1.5 + 0.25)
+"""
+
+
+def _request() -> EvalRequest:
+    return EvalRequest(task_source=TASK.read_text(), kernel_source=KERNEL, device="cpu", track="open",
+                       baselines=("eager",), timing_budget_s=0.5, trials=3, run_timeout_s=60.0)
+
+
+@pytest.fixture(scope="module")
+def paired_result(kernelcourt_cache_dir):
+    return evaluate(_request(), settings=dataclasses.replace(current(), pair_host_timed=True))
+
+
+def test_the_candidate_and_its_eager_baseline_take_turns_and_the_speedup_is_set_against_that_timing(paired_result):
+    result = paired_result
+    assert result.status == "passed", result.message
+    eager, kernel = result.timing_stats["eager"], result.timing_stats["kernel"]
+    # then the reference timed the baseline again, in rounds, beside the candidate's own rounds
+    assert eager["paired"]["rounds"] >= 2 and eager["paired"]["every"] == plan.PAIR_EVERY["cpu"]
+    assert kernel["rounds"] >= 2 and abs(kernel["rounds"] - eager["paired"]["rounds"]) <= 1
+    # each round ended after that many timed iterations of its side
+    assert kernel["iterations"] >= plan.PAIR_EVERY["cpu"] * kernel["rounds"]
+    labels = [label for label, _ in result.timing_stats["timeline"]]
+    assert labels.index("candidate: timing_begin") < labels.index("pairing: begin") \
+        < labels.index("reference: paired") < labels.index("candidate: timing_end")
+    assert labels.count("candidate: round") == kernel["rounds"]
+    # the speedup is that timing's, and its interval the two timings' own (they met the same host)
+    assert result.timings_ms["eager"] == pytest.approx(eager["median_ms"])
+    assert result.speedup["eager"] == pytest.approx(eager["median_ms"] / result.timings_ms["kernel"])
+    lo, hi = result.timing_stats["speedup_interval"]["eager"]
+    assert lo == pytest.approx(eager["spread_ms"]["ci95"][0] / kernel["spread_ms"]["ci95"][1])
+    assert hi == pytest.approx(eager["spread_ms"]["ci95"][1] / kernel["spread_ms"]["ci95"][0])
+    # and no timer check held the other side's rounds against the candidate
+    assert not [f for f in result.findings if f.rule == "timer_mismatch"], result.findings
+
+
+def test_switched_off_the_candidate_is_timed_alone_against_the_kept_baseline(kernelcourt_cache_dir):
+    result = evaluate(_request(), settings=dataclasses.replace(current(), pair_host_timed=False))
+    assert result.status == "passed", result.message
+    assert not result.timing_stats["eager"].get("paired")
+    assert not result.timing_stats["kernel"].get("rounds")
+    assert "pairing: begin" not in [label for label, _ in result.timing_stats["timeline"]]
+
+
+def test_a_timing_in_rounds_waits_between_them_and_leaves_the_waits_out():
+    model = torch.nn.ReLU()
+    rotations = [[torch.randn(256)] for _ in range(12)]
+    buffers = [rotations[0][0].clone()]
+    rounds: list[int] = []
+
+    def on_round() -> bool:  # the other side times meanwhile
+        rounds.append(1)
+        time.sleep(0.05)
+        return len(rounds) < 2
+
+    stats = timing.time_callable(model, buffers, rotations, torch.device("cpu"), budget_s=30.0, max_iters=12,
+                                 keep=(), target_spread=0.0, settle_within=0.0, on_round=on_round, round_every=4)
+    # then it stopped at the second round's word, after 8 timed iterations
+    assert stats["rounds"] == 2 and stats["iterations"] == 8
+    assert stats["paused_ms"] >= 100.0
+    # and its own clock over the timing leaves the waits out
+    assert stats["span_ms"] < stats["paused_ms"]
+
+
+@pytest.mark.parametrize(("device", "stays", "timed", "enabled", "every"), [
+    ("cuda", True, "host", True, plan.PAIR_EVERY["cuda"]),
+    ("cuda", True, "kernel side", True, 0),  # the GPU's time: steady from process to process
+    ("cuda", False, "host", True, 0),  # no reference child beside the candidate
+    ("cuda", True, "host", False, 0),
+    ("cpu", True, None, True, plan.PAIR_EVERY["cpu"]),
+])
+def test_which_timings_are_paired(device, stays, timed, enabled, every):
+    baselines = {"eager": {"stats": {"timed": timed}}}
+    assert plan.pair_every(device, stays, baselines, enabled) == every
+
+
+def test_a_failed_pairing_leaves_the_kept_baseline_standing():
+    kept = {"stats": {"median_ms": 2.0}, "samples_ms": [2.0, 2.1]}
+    assert with_paired({"baselines": {"eager": kept}, "paired": {"entry": None, "error": "it failed"}})["eager"] is kept
+    paired = with_paired({"baselines": {"eager": kept}, "paired": {"entry": {"stats": {"median_ms": 1.5}, "paired": {}}}})
+    assert paired["eager"]["stats"]["median_ms"] == 1.5 and paired["eager"]["samples_ms"] == [2.0, 2.1]
