@@ -195,6 +195,7 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
                                           warmup_inputs=fresh_copy(trial_inputs[0], device),
                                           on_timed=lambda: send.timing_begin(baseline="eager"),
                                           on_busy=send.gpu_busy, on_round=send.round, round_every=every,
+                                          idle_rounds=True,  # nothing the candidate left may run in its rounds
                                           **timing_switches(setup))
         stats.pop("kept_outputs")
         stats.pop("fingerprints", None)

@@ -72,6 +72,10 @@ HOST_WARM_AGREE = 0.03
 HOST_COUNTS = 0.5  # on CUDA: only where the warm-up's host time is this share of its kernel side or more
 
 
+class GpuBusyError(RuntimeError):
+    """A timing in alternation found work of another process on the GPU at a round's start."""
+
+
 def charged_ms(forward_ms: float, read_seen_ms: float, read_ms: float) -> float:
     """One window's sample: the forward's own time, and whatever its output's read took beyond
     what reading an ordinary tensor of that size takes (with the slack above)."""
@@ -229,6 +233,7 @@ def time_callable(
     on_busy: Callable[[dict[str, Any]], None] | None = None,
     on_round: Callable[[], bool] | None = None,
     round_every: int = 0,
+    idle_rounds: bool = False,
 ) -> dict[str, Any]:
     """Median time of ``fn(*buffers)`` with the buffers' values rotated between iterations.
 
@@ -282,7 +287,10 @@ def time_callable(
     With ``on_round``, the timing is one side of a pair timed in alternation (``pipeline/pairing.py``):
     after every ``round_every`` timed iterations it calls ``on_round()``, which waits while the other
     side times a round of its own and says whether to go on. The waits are no part of the timing: its
-    budget and ``span_ms`` leave them out (``paused_ms`` says how long they were).
+    budget and ``span_ms`` leave them out (``paused_ms`` says how long they were). With
+    ``idle_rounds`` (the trusted side), each round starts once the GPU has no other process's work
+    (``await_idle``), and a GPU that stays busy ends the timing with ``GpuBusyError``: work the other
+    side left running must not fall inside this side's rounds.
 
     It stops at ``max_iters``, at ``budget_s``, once the times are tight (interquartile spread within
     ``target_spread``), or once the median is known to within ``settle_within`` or, on CUDA, to the
@@ -505,6 +513,8 @@ def time_callable(
                 rounds += 1
                 waited0 = _perf_counter()
                 go_on = on_round()
+                if go_on and idle_rounds and await_idle(device)["idle"] is False:
+                    raise GpuBusyError("the GPU still ran another process's work when a round of the timing began")
                 paused += _perf_counter() - waited0
                 if not go_on:
                     break

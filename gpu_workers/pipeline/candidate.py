@@ -281,7 +281,7 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
                     child.signal()
                 elif phase == "timing_end":
                     if span is not None:
-                        evidence.timing_wall_ms, evidence.timing_descheduled_ms = span.end(extra_blocks=rounds)
+                        evidence.timing_wall_ms, evidence.timing_descheduled_ms = span.end(extra_blocks=rounds * pairing.BLOCKS_PER_ROUND)
                         evidence.timing_span = span.detail
                     if pair is not None:
                         paused = time.monotonic()

@@ -11,18 +11,40 @@ method's one process timing both models does.
 
 The candidate's process never times its baseline: the trusted reference child does, and the
 candidate's own figures face the same checks as an unpaired timing (its rounds' waits are no part
-of its timing: ``accounting.TimedSpan``'s allowance of one block per round)."""
+of its timing: ``accounting.TimedSpan``'s allowance, ``BLOCKS_PER_ROUND``). Nothing of the
+candidate runs while the reference times: its judge synchronises the whole device before it ends a
+round, its process tree is stopped (SIGSTOP) for the reference's round, and the reference starts
+each round only once the GPU has no other process's work (``timing.time_callable``'s
+``idle_rounds``; work still running ends the pairing, never in the candidate's favour: its result
+is then set against the kept baseline, as unpaired)."""
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..sandbox import process as sandbox
 from ..sandbox.gpuslot import GpuSlot
 from .accounting import TimedSpan, Timeline
 from .reference import Checker, let_busy_go
+
+
+def process_cpu_ns(pid: int) -> int | None:
+    """CPU nanoseconds every thread of a process has run so far (``schedstat``); None once gone."""
+    total = 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as handle:
+                    total += int(handle.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue  # a thread that ended meanwhile
+    except OSError:
+        return None
+    return total
 
 
 def pair_cpu(hardware: dict[str, Any]) -> int | None:
@@ -39,6 +61,12 @@ def pair_cpu(hardware: dict[str, Any]) -> int | None:
     if len(cpus) < 2:
         return None
     return cpus[-1 - int(gpu.get("index") or 0) % len(cpus)]
+
+
+# Waits a candidate's timing thread makes for each round: for the parent's word, and once more
+# after the stop (SIGSTOP) it was given while it waited (11 for 5 rounds on the CPU: the timing's
+# own wait and two a round).
+BLOCKS_PER_ROUND = 2
 
 
 class Pairing:
@@ -58,6 +86,7 @@ class Pairing:
         self._saved: dict[int, set[int]] = {}
         self.live = False  # the reference is inside its paired timing
         self.rounds = 0  # rounds the reference timed
+        self.candidate_cpu_ns = 0  # what the candidate's threads ran while the reference timed
         self.stats: dict[str, Any] | None = None
         self.error: str | None = None
         self._span: TimedSpan | None = None
@@ -145,16 +174,33 @@ class Pairing:
         self._checker.child.send({"pair": self._every})
         self.live = True
         self._timeline.mark("pairing: begin")
-        self._until_round()
+        with self._candidate_stopped():
+            self._until_round()
 
     def turn(self) -> bytes:
         """The candidate ended a round: the reference times one; the byte for the candidate (``g``:
         go on; ``s``: stop, the reference's timing is over, so no more rounds are paired)."""
         if not self.live:
             return b"s" if self.entry is not None else b"g"
-        self._child.signal(b"g")
-        self._until_round()
+        with self._candidate_stopped():
+            self._child.signal(b"g")
+            self._until_round()
         return b"g" if self.live or self.entry is None else b"s"
+
+    @contextmanager
+    def _candidate_stopped(self) -> Iterator[None]:
+        """The candidate's whole process tree stopped while the reference times: none of its threads
+        may take the pair's CPU or launch GPU work then. What CPU its threads used meanwhile is kept
+        (``candidate_cpu_ms``: the stop's own evidence, nothing but the stop's delivery)."""
+        held = self._candidate.stop_tree()
+        before = process_cpu_ns(self._candidate.proc.pid)
+        try:
+            yield
+        finally:
+            after = process_cpu_ns(self._candidate.proc.pid)
+            if before is not None and after is not None:
+                self.candidate_cpu_ns += max(after - before, 0)
+            self._candidate.continue_tree(held)
 
     def end(self) -> dict[str, Any] | None:
         """The candidate's timing is over: the reference's stops at its round's end. Returns the
@@ -165,5 +211,7 @@ class Pairing:
                 self._until_round()
         finally:
             self.unpin()
+        if self.entry is not None:
+            self.entry["paired"]["candidate_cpu_ms"] = self.candidate_cpu_ns / 1e6
         return self.entry
 

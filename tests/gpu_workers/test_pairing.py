@@ -107,3 +107,37 @@ def test_a_failed_pairing_leaves_the_kept_baseline_standing():
     assert with_paired({"baselines": {"eager": kept}, "paired": {"entry": None, "error": "it failed"}})["eager"] is kept
     paired = with_paired({"baselines": {"eager": kept}, "paired": {"entry": {"stats": {"median_ms": 1.5}, "paired": {}}}})
     assert paired["eager"]["stats"]["median_ms"] == 1.5 and paired["eager"]["samples_ms"] == [2.0, 2.1]
+
+
+SPINNER = """
+import threading
+import torch
+import torch.nn as nn
+
+
+def _spin():
+    while True:
+        sum(i * i for i in range(1000))
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self._thread = None
+
+    def forward(self, x):
+        if self._thread is None:  # a thread of its own that would take the CPU while its baseline times
+            self._thread = threading.Thread(target=_spin, daemon=True)
+            self._thread.start()
+        return torch.relu(x * 1.5 + 0.25)
+"""
+
+
+def test_nothing_of_the_candidate_runs_while_its_baseline_times_a_round(kernelcourt_cache_dir):
+    request = dataclasses.replace(_request(), kernel_source=SPINNER)
+    result = evaluate(request, settings=dataclasses.replace(current(), pair_host_timed=True))
+    paired = result.timing_stats["eager"]["paired"]
+    # given a candidate whose own thread spins on the CPU from its first call on, then its process was
+    # stopped while the reference timed each of its rounds: the spinner ran for none of them
+    assert paired["rounds"] >= 2
+    assert paired["candidate_cpu_ms"] < 2.0, paired
