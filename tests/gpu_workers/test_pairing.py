@@ -105,8 +105,14 @@ def test_which_timings_are_paired(device, stays, timed, enabled, every):
 def test_a_failed_pairing_leaves_the_kept_baseline_standing():
     kept = {"stats": {"median_ms": 2.0}, "samples_ms": [2.0, 2.1]}
     assert with_paired({"baselines": {"eager": kept}, "paired": {"entry": None, "error": "it failed"}})["eager"] is kept
-    paired = with_paired({"baselines": {"eager": kept}, "paired": {"entry": {"stats": {"median_ms": 1.5}, "paired": {}}}})
+    kept["overhead_ms_per_iter"] = 0.3
+    timed = {"stats": {"median_ms": 1.5}, "paired": {}, "overhead_ms_per_iter": 0.2, "span": {"source": "thread"}}
+    paired = with_paired({"baselines": {"eager": kept}, "paired": {"entry": timed}})
     assert paired["eager"]["stats"]["median_ms"] == 1.5 and paired["eager"]["samples_ms"] == [2.0, 2.1]
+    assert paired["eager"]["overhead_ms_per_iter"] == 0.2
+    # where the kernel's account of the reference's thread did not stand, its loop cost is not taken
+    timed["span"] = {"source": "parent"}
+    assert with_paired({"baselines": {"eager": kept}, "paired": {"entry": timed}})["eager"]["overhead_ms_per_iter"] == 0.3
 
 
 SPINNER = """
