@@ -80,10 +80,13 @@ class TimedSpan:
         self._began = time.monotonic()
         self.detail: dict[str, Any] = {}
 
-    def end(self, extra_blocks: int = 0) -> tuple[float, float | None]:
+    def end(self, extra_blocks: int = 0, paused_ms: float = 0.0) -> tuple[float, float | None]:
         """``extra_blocks``: waits the protocol itself put inside the span (a paired timing's rounds,
-        each a wait for the parent's word: ``pipeline/pairing.py``), allowed beside the others."""
-        parent_ms = (time.monotonic() - self._began) * 1e3
+        each a wait for the parent's word: ``pipeline/pairing.py``), allowed beside the others;
+        ``paused_ms``: how long, by the parent's clock, it held its word back meanwhile (the other
+        side's rounds), which its own clock then leaves out (it errs long only by the messages'
+        latency, the child's wait being longer than the parent's hold)."""
+        parent_ms = max((time.monotonic() - self._began) * 1e3 - max(paused_ms, 0.0), 0.0)
         clock = sandbox.thread_clock(self._pid)
         if clock is None or self._clock is None:
             self.detail = {"parent_ms": parent_ms, "source": "parent"}

@@ -165,6 +165,7 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
         received = 0
         busy = 0  # "gpu_busy" and "round" messages: outside the protocol's order, inside the timing
         rounds = 0  # the timing's rounds in alternation with its baseline
+        held_s = 0.0  # how long the parent held its word back after them (the reference's rounds)
         pair: pairing.Pairing | None = None
         span: TimedSpan | None = None
         # the stretch in progress: the step after which it began, and when it must have ended
@@ -236,6 +237,7 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
                     word = pair.turn() if pair is not None else b"g"
                     deadline += time.monotonic() - paused  # the reference's round, not the candidate's time
                     stretch["by"] += time.monotonic() - paused
+                    held_s += time.monotonic() - paused
                     child.signal(word)
                     continue
                 if phase == "gpu_busy" and want == "timing_begin":  # between its go and its timing
@@ -281,7 +283,8 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
                     child.signal()
                 elif phase == "timing_end":
                     if span is not None:
-                        evidence.timing_wall_ms, evidence.timing_descheduled_ms = span.end(extra_blocks=rounds * pairing.BLOCKS_PER_ROUND)
+                        evidence.timing_wall_ms, evidence.timing_descheduled_ms = span.end(
+                            extra_blocks=rounds * pairing.BLOCKS_PER_ROUND, paused_ms=held_s * 1e3)
                         evidence.timing_span = span.detail
                     if pair is not None:
                         paused = time.monotonic()

@@ -63,10 +63,11 @@ def pair_cpu(hardware: dict[str, Any]) -> int | None:
     return cpus[-1 - int(gpu.get("index") or 0) % len(cpus)]
 
 
-# Waits a candidate's timing thread makes for each round: for the parent's word, and once more
-# after the stop (SIGSTOP) it was given while it waited (11 for 5 rounds on the CPU: the timing's
-# own wait and two a round).
-BLOCKS_PER_ROUND = 2
+# Waits a candidate's timing thread may make for each round: for the parent's word, once more
+# after the stop (SIGSTOP) it was given while it waited, and once for the interpreter's lock when its
+# other threads wake with it (the strict track's watch): 11 for 5 rounds on the CPU on the open
+# track, 14 on strict. Past them the parent's own clock stands, less the time it held its word back.
+BLOCKS_PER_ROUND = 3
 
 
 class Pairing:
@@ -87,6 +88,8 @@ class Pairing:
         self.live = False  # the reference is inside its paired timing
         self.rounds = 0  # rounds the reference timed
         self.candidate_cpu_ns = 0  # what the candidate's threads ran while the reference timed
+        self._round_at: float | None = None  # when the reference's last round ended
+        self._held_s = 0.0  # how long the reference waited for the parent's word between its rounds
         self.stats: dict[str, Any] | None = None
         self.error: str | None = None
         self._span: TimedSpan | None = None
@@ -109,6 +112,13 @@ class Pairing:
             except OSError:
                 pass
         self._saved.clear()
+
+    def _go(self, word: bytes) -> None:
+        """The reference's word after a round: how long it waited for it is no part of its timing."""
+        if self._round_at is not None:
+            self._held_s += time.monotonic() - self._round_at
+            self._round_at = None
+        self._child.signal(word)
 
     def _recv(self) -> dict[str, Any]:
         return self._child.recv(time.monotonic() + self._timeout_s)
@@ -147,6 +157,7 @@ class Pairing:
                 continue
             if phase == "round":
                 self.rounds += 1
+                self._round_at = time.monotonic()
                 return
             if phase == "paired":
                 self._finish(message.get("stats"))
@@ -162,7 +173,7 @@ class Pairing:
         if type(stats) is not dict or self._span is None:
             self._fail("the reference's paired timing ended without its figures")
             return
-        wall, waited = self._span.end(extra_blocks=self.rounds)
+        wall, waited = self._span.end(extra_blocks=self.rounds, paused_ms=self._held_s * 1e3)
         self.stats = stats
         self.entry = {"stats": stats, "wall_ms": wall, "descheduled_ms": waited, "span": self._span.detail,
                       "paired": {"rounds": self.rounds, "every": self._every, "cpu": self._cpu}}
@@ -183,7 +194,7 @@ class Pairing:
         if not self.live:
             return b"s" if self.entry is not None else b"g"
         with self._candidate_stopped():
-            self._child.signal(b"g")
+            self._go(b"g")
             self._until_round()
         return b"g" if self.live or self.entry is None else b"s"
 
@@ -207,7 +218,7 @@ class Pairing:
         paired eager baseline's entry (None where the pairing failed)."""
         try:
             while self.live:
-                self._child.signal(b"s")
+                self._go(b"s")
                 self._until_round()
         finally:
             self.unpin()

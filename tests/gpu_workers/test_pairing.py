@@ -147,3 +147,19 @@ def test_nothing_of_the_candidate_runs_while_its_baseline_times_a_round(kernelco
     # stopped while the reference timed each of its rounds: the spinner ran for none of them
     assert paired["rounds"] >= 2
     assert paired["candidate_cpu_ms"] < 2.0, paired
+
+
+def test_past_its_allowed_waits_the_parents_clock_stands_less_the_time_it_held_its_word_back():
+    import os
+    import types
+
+    from gpu_workers.pipeline.accounting import TimedSpan
+
+    me = types.SimpleNamespace(proc=types.SimpleNamespace(pid=os.getpid()))  # this thread, as a child's
+    span = TimedSpan(me)
+    for _ in range(6):  # more waits than the span allows: its own account of the thread does not stand
+        time.sleep(0.05)
+    wall, _ = span.end(paused_ms=200.0)
+    # then the parent's clock stands, without the 200 ms it held its word back
+    assert span.detail["source"] == "parent"
+    assert 90.0 <= wall < 200.0, span.detail
