@@ -90,12 +90,12 @@ class Pairing:
         self.candidate_cpu_ns = 0  # what the candidate's threads ran while the reference timed
         self._round_at: float | None = None  # when the reference's last round ended
         self._held_s = 0.0  # how long the reference waited for the parent's word between its rounds
-        self.stats: dict[str, Any] | None = None
         self.error: str | None = None
         self._span: TimedSpan | None = None
         self.entry: dict[str, Any] | None = None
 
     def _pin(self) -> None:
+        """Both timing threads (each process's main thread) on the pair's one CPU until ``unpin``."""
         if self._cpu is None:
             return
         for pid in (self._child.proc.pid, self._candidate.proc.pid):
@@ -174,7 +174,6 @@ class Pairing:
             self._fail("the reference's paired timing ended without its figures")
             return
         wall, waited = self._span.end(extra_blocks=self.rounds, paused_ms=self._held_s * 1e3)
-        self.stats = stats
         self.entry = {"stats": stats, "wall_ms": wall, "descheduled_ms": waited, "span": self._span.detail,
                       "paired": {"rounds": self.rounds, "every": self._every, "cpu": self._cpu}}
         self._timeline.mark("reference: paired")
