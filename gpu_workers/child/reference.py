@@ -147,6 +147,26 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
                rotations=rotations, after=after, flops=flops, bytes=int(nbytes), fp64_error=fp64_error,
                output_bytes=sizes["outputs"], on_device=on_device)
 
+    def time_baseline(name: str, fn: Any, buffers: list[Any], **pairing: Any) -> dict[str, Any]:
+        """One timing of a baseline, its loop the candidate's: the candidate's loop fingerprints every
+        output outside its windows, so this one does, or the loop overhead kept with the baseline
+        (which the parent's wall clock check takes off the candidate's) would leave a GB-sized
+        output's fingerprints unexplained, and an honest kernel flagged (timer_mismatch, seen on the
+        H200); and it copies the outputs the candidate's keeps whole (on the CPU into this child's own
+        outputs for those sets, sent already: timing's rooms). Only the loop's figures are returned:
+        nothing checks a baseline's outputs."""
+        stats = timing.time_callable(fn, buffers, rotation_inputs, device, keep=whole, fingerprint=fingerprint,
+                                      rooms={r: rotations[r]["outputs"] for r in whole
+                                             if device.type == "cpu" and rotations[r]["outputs"]},
+                                      budget_s=float(setup["timing_budget_s"]),
+                                      max_iters=int(setup.get("max_iters", 1000)),
+                                      warmup_inputs=fresh_copy(trial_inputs[0], device),
+                                      on_timed=lambda: send.timing_begin(baseline=name),
+                                      on_busy=send.gpu_busy, **pairing, **timing_switches(setup))
+        stats.pop("kept_outputs")
+        stats.pop("fingerprints", None)
+        return stats
+
     # Baselines, each announced so the parent can hold its own wall clock against the report.
     for name in setup.get("baselines", []):
         try:
@@ -160,26 +180,11 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
                 with compiling_apart(send, device) if apart else nullcontext():
                     fn(*buffers)  # compile / capture outside the measurement
                 send.gpu_alone()
-                # the candidate's loop fingerprints every output outside its windows: so does this
-                # one, or the loop overhead kept with the baseline (which the parent's wall clock
-                # check takes off the candidate's) would leave a GB-sized output's fingerprints
-                # unexplained, and an honest kernel flagged (timer_mismatch, seen on the H200); and it
-                # copies the outputs the candidate's keeps whole (on the CPU into this child's own outputs for
-                # those sets, sent already: timing's rooms)
-                stats = timing.time_callable(fn, buffers, rotation_inputs, device, keep=whole, fingerprint=fingerprint,
-                                              rooms={r: rotations[r]["outputs"] for r in whole
-                                                     if device.type == "cpu" and rotations[r]["outputs"]},
-                                              budget_s=float(setup["timing_budget_s"]),
-                                              max_iters=int(setup.get("max_iters", 1000)),
-                                              warmup_inputs=fresh_copy(trial_inputs[0], device),
-                                              on_timed=lambda name=name: send.timing_begin(baseline=name),
-                                              on_busy=send.gpu_busy,
-                                              **timing_switches(setup))
-            stats.pop("kept_outputs")
-            stats.pop("fingerprints", None)  # the loop's work only: nothing checks a baseline's outputs
+                stats = time_baseline(name, fn, buffers)
             send.pause("timing_end", baseline=name, stats=stats)  # the next baseline's work waits for shared
         except Exception as exc:  # noqa: BLE001 - a baseline that cannot run is reported, not fatal
             send("baseline_failed", baseline=name, error=short_traceback(exc, 2000))
+
     def time_pair(every: int) -> dict[str, Any]:
         """The eager baseline timed again, now, as one side of a pair timed in alternation with the
         candidate's timing (``pipeline/pairing.py``): the loop of the baseline phase above, in rounds."""
@@ -187,18 +192,8 @@ def _reference_work(setup: dict[str, Any], send: Sender) -> None:
         buffers = fresh_copy(rotation_inputs[0], device)
         with torch.no_grad():
             fn(*buffers)
-            stats = timing.time_callable(fn, buffers, rotation_inputs, device, keep=whole, fingerprint=fingerprint,
-                                          rooms={r: rotations[r]["outputs"] for r in whole
-                                                 if device.type == "cpu" and rotations[r]["outputs"]},
-                                          budget_s=float(setup["timing_budget_s"]),
-                                          max_iters=int(setup.get("max_iters", 1000)),
-                                          warmup_inputs=fresh_copy(trial_inputs[0], device),
-                                          on_timed=lambda: send.timing_begin(baseline="eager"),
-                                          on_busy=send.gpu_busy, on_round=send.round, round_every=every,
-                                          idle_rounds=True,  # nothing the candidate left may run in its rounds
-                                          **timing_switches(setup))
-        stats.pop("kept_outputs")
-        stats.pop("fingerprints", None)
+            # idle_rounds: nothing the candidate left may run in its rounds
+            stats = time_baseline("eager", fn, buffers, on_round=send.round, round_every=every, idle_rounds=True)
         del fn, buffers
         measure.release_gpu_cache(device)
         return stats
