@@ -289,10 +289,7 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
                     if pair is not None:
                         paused = time.monotonic()
                         entry = pair.end()
-                        if entry is not None:
-                            entry["overhead_ms_per_iter"] = judge.loop_cost_ms(entry["wall_ms"], entry["descheduled_ms"],
-                                                                               entry["stats"])
-                            # a trusted timing of the baseline like any other: kept beside the others
+                        if entry is not None:  # a trusted timing of the baseline like any other: kept beside the others
                             taskfacts.keep_baseline(task_fact_path(request, hardware, reference["profile"], "eager"),
                                                     dict(entry), spread_path(request, hardware))
                         reference["paired"] = {"entry": entry, "error": pair.error, "rounds": rounds}

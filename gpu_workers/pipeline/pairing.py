@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from .. import judge
 from ..sandbox import process as sandbox
 from ..sandbox.gpuslot import GpuSlot
 from .accounting import TimedSpan, Timeline
@@ -175,6 +176,7 @@ class Pairing:
             return
         wall, waited = self._span.end(extra_blocks=self.rounds, paused_ms=self._held_s * 1e3)
         self.entry = {"stats": stats, "wall_ms": wall, "descheduled_ms": waited, "span": self._span.detail,
+                      "overhead_ms_per_iter": judge.loop_cost_ms(wall, waited, stats),
                       "paired": {"rounds": self.rounds, "every": self._every, "cpu": self._cpu}}
         self._timeline.mark("reference: paired")
 

@@ -90,8 +90,8 @@ PAIR_EVERY = {"cuda": 12, "cpu": 4}
 
 def pairs(device: str, enabled: bool) -> bool:
     """Whether the reference child stays through the candidate phase to time a pair with it
-    (``pairing.py``), where nothing else keeps it (on CUDA the timed sets' fingerprints always do): on the CPU every timing
-    is the host's."""
+    (``pairing.py``) where nothing else keeps it: on the CPU, where every timing is the host's (on
+    CUDA the timed sets' fingerprints always keep it)."""
     return enabled and device == "cpu"
 
 

@@ -46,8 +46,8 @@ def with_paired(reference: dict[str, Any]) -> dict[str, Any]:
         kept = baselines.get("eager") or {}
         baselines["eager"] = {**entry, "samples_ms": kept.get("samples_ms"), "samples_spread": kept.get("samples_spread")}
         if (entry.get("span") or {}).get("source") != "thread":
-            # the parent's clock over a paired timing holds the candidate's rounds too: the loop's own
-            # cost per iteration (the timer check's, judge.timer_finding) comes from the kept timing
+            # the parent's clock over a paired timing, net of its holds, errs long by the messages of
+            # every round: the loop's own cost per iteration (judge.timer_finding) comes from the kept timing
             baselines["eager"]["overhead_ms_per_iter"] = kept.get("overhead_ms_per_iter")
     return baselines
 
