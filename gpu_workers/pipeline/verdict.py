@@ -45,9 +45,7 @@ def with_paired(reference: dict[str, Any]) -> dict[str, Any]:
     if entry:
         kept = baselines.get("eager") or {}
         baselines["eager"] = {**entry, "samples_ms": kept.get("samples_ms"), "samples_spread": kept.get("samples_spread")}
-        if (entry.get("span") or {}).get("source") != "thread":
-            # the parent's clock over a paired timing, net of its holds, errs long by the messages of
-            # every round: the loop's own cost per iteration (judge.timer_finding) comes from the kept timing
+        if entry.get("overhead_ms_per_iter") is None:  # the pairing's clock did not stand (pairing._finish)
             baselines["eager"]["overhead_ms_per_iter"] = kept.get("overhead_ms_per_iter")
     return baselines
 

@@ -123,6 +123,9 @@ def load_baseline(path: Path) -> tuple[dict[str, Any] | None, bool]:
     return _fastest(entries), len(entries) >= samples()
 
 
+_OF_ONE_EVALUATION = ("samples_ms", "samples_spread", "paired")
+
+
 def keep_baseline(path: Path, entry: dict[str, Any], spread_path: Path | None = None) -> dict[str, Any]:
     """Add one timing to what is kept (up to ``samples()``, the fastest kept first) and return the
     one that stands for them all, this one included. Where the kept samples are three or more, how
@@ -131,7 +134,9 @@ def keep_baseline(path: Path, entry: dict[str, Any], spread_path: Path | None = 
     # kept: unlocked, two of them read the same samples and the later write drops the other's
     with _locked(path):
         entries = _samples_in(_read(path))
-        entries.append({k: v for k, v in entry.items() if k != "samples_ms"})
+        # what says how this one evaluation set its baselines against its kernel is not the timing's:
+        # a paired timing (pipeline/pairing.py), kept, is a sample like any other for later ones
+        entries.append({k: v for k, v in entry.items() if k not in _OF_ONE_EVALUATION})
         entries.sort(key=_median)
         _write(path, {"samples": entries[:samples()]})
     chosen = _fastest(entries)

@@ -53,6 +53,18 @@ def test_a_slow_sample_never_stands_for_the_baseline_once_a_faster_one_is_kept(f
     assert late["samples_ms"] == [0.12, 0.13, 0.14] and late["stats"]["median_ms"] == 0.13
 
 
+def test_a_kept_paired_timing_is_a_sample_like_any_other_for_later_evaluations(fact):
+    # timed in alternation with one evaluation's kernel (pipeline/pairing.py): that says how that
+    # evaluation set its speedup, not how a later one, timed alone, meets the host
+    taskfacts.keep_baseline(fact, {**_timing(0.10), "paired": {"rounds": 5}, "overhead_ms_per_iter": None})
+    kept = taskfacts.load_baseline(fact)[0]
+    assert kept["stats"]["median_ms"] == 0.10 and "paired" not in kept
+    # and a paired timing without a loop cost of its own takes none from the others' median
+    taskfacts.keep_baseline(fact, _timing(0.12))
+    taskfacts.keep_baseline(fact, _timing(0.14))
+    assert taskfacts.load_baseline(fact)[0]["overhead_ms_per_iter"] == 0.01
+
+
 def _keep_many(fact: Path, start, first: int, count: int) -> None:
     start.wait()
     for value in range(first, first + count):
