@@ -286,7 +286,8 @@ def time_callable(
 
     With ``on_round``, the timing is one side of a pair timed in alternation (``pipeline/pairing.py``):
     after every ``round_every`` timed iterations it calls ``on_round()``, which waits while the other
-    side times a round of its own and says whether to go on. The waits are no part of the timing: its
+    side times a round of its own and says whether to go on; it stops only where a round ends (and
+    then calls no ``on_round``), so both sides time whole rounds. The waits are no part of the timing: its
     budget and ``span_ms`` leave them out (``paused_ms`` says how long they were). With
     ``idle_rounds`` (the trusted side), each round starts once the GPU has no other process's work
     (``await_idle``), and a GPU that stays busy ends the timing with ``GpuBusyError``: work the other
@@ -455,6 +456,7 @@ def time_callable(
             on_timed()
         started = _perf_counter()
         paused = 0.0  # seconds waiting in on_round, while the other side of a pair timed
+        paired = on_round is not None and round_every > 0
         rounds = 0
         iteration = 0
         while True:
@@ -508,7 +510,24 @@ def time_callable(
                 end_to_end(ends[(iteration // ROUND_TRIP_EVERY - 1) % len(ends)])
             if iteration >= max_iters:
                 break
-            if on_round is not None and round_every > 0 and iteration % round_every == 0:
+            elapsed = _perf_counter() - started - paused
+            if iteration % SETTLE_EVERY == 0:
+                seen_cpus.add(host_cpu())
+                if host_times:  # the spin follows the forward's host time
+                    cycles = spin_cycles(statistics.median(host_times))
+            # one side of a pair stops only where a round ends, and says so in place of the round's
+            # word: the two sides time the same rounds, none of either's unmatched by the other's
+            at_round = paired and iteration % round_every == 0
+            if (at_round or not paired) and iteration >= max(min_iters, min(len(main), CUDA_MIN_TIMED)
+                                                             if cuda else len(main)):
+                if elapsed >= budget_s:
+                    break
+                if iteration >= 20 and known(lambda series, _least: _spread(series) <= target_spread):
+                    break
+                if (at_round or iteration % SETTLE_EVERY == 0) and known(
+                        lambda series, least: _median_settled(series, settle_within, resolution, least)):
+                    break
+            if at_round:
                 synchronize(device)  # nothing of this side's runs on while the other times
                 rounds += 1
                 waited0 = _perf_counter()
@@ -517,19 +536,6 @@ def time_callable(
                     raise GpuBusyError("the GPU still ran another process's work when a round of the timing began")
                 paused += _perf_counter() - waited0
                 if not go_on:
-                    break
-            elapsed = _perf_counter() - started - paused
-            if iteration % SETTLE_EVERY == 0:
-                seen_cpus.add(host_cpu())
-                if host_times:  # the spin follows the forward's host time
-                    cycles = spin_cycles(statistics.median(host_times))
-            if iteration >= max(min_iters, min(len(main), CUDA_MIN_TIMED) if cuda else len(main)):
-                if elapsed >= budget_s:
-                    break
-                if iteration >= 20 and known(lambda series, _least: _spread(series) <= target_spread):
-                    break
-                if iteration % SETTLE_EVERY == 0 and known(
-                        lambda series, least: _median_settled(series, settle_within, resolution, least)):
                     break
         synchronize(device)  # the work of a forward that returned early is over before the outputs move
         if cuda and not host_times:  # at least one end-to-end iteration (each one's output is checked)

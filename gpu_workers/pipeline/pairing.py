@@ -195,13 +195,17 @@ class Pairing:
 
     def turn(self) -> bytes:
         """The candidate ended a round: the reference times one; the byte for the candidate (``g``:
-        go on; ``s``: stop, the reference's timing is over, so no more rounds are paired)."""
+        go on; ``s``: stop, the reference's timing is over and each of its rounds matched, so no
+        more rounds are paired)."""
         if not self.live:
             return b"s" if self.entry is not None else b"g"
         with self._candidate_stopped():
             self._go(b"g")
             self._until_round()
-        return b"g" if self.live or self.entry is None else b"s"
+        # it timed a round, perhaps its last (a side stops only after a round it timed, in place of
+        # the round's word: timing.time_callable): the candidate times the round that matches it,
+        # and at that round's end, with the reference's timing over, it is told to stop
+        return b"g"
 
     @contextmanager
     def _candidate_stopped(self) -> Iterator[None]:

@@ -46,8 +46,10 @@ def test_the_candidate_and_its_eager_baseline_take_turns_and_the_speedup_is_set_
     # then the reference timed the baseline again, in rounds, beside the candidate's own rounds
     assert eager["paired"]["rounds"] >= 2 and eager["paired"]["every"] == plan.PAIR_EVERY["cpu"]
     assert kernel["rounds"] >= 2 and abs(kernel["rounds"] - eager["paired"]["rounds"]) <= 1
-    # each round ended after that many timed iterations of its side
+    # each round ended after that many timed iterations of its side, and both sides timed the same
+    # whole rounds: none of either's without the other's to match it
     assert kernel["iterations"] >= plan.PAIR_EVERY["cpu"] * kernel["rounds"]
+    assert kernel["iterations"] == eager["iterations"] and kernel["iterations"] % plan.PAIR_EVERY["cpu"] == 0
     labels = [label for label, _ in result.timing_stats["timeline"]]
     assert labels.index("candidate: timing_begin") < labels.index("pairing: begin") \
         < labels.index("reference: paired") < labels.index("candidate: timing_end")
@@ -90,6 +92,26 @@ def test_a_timing_in_rounds_waits_between_them_and_leaves_the_waits_out():
     assert stats["paused_ms"] >= 100.0  # two waits of at least 50 ms each
     # and its own clock over the timing leaves the waits out (the two together fit inside the call)
     assert stats["span_ms"] + stats["paused_ms"] <= outer_ms
+
+
+def test_a_side_of_a_pair_stops_only_where_a_round_ends_and_in_place_of_its_word():
+    model = torch.nn.ReLU()
+    rotations = [[torch.randn(256)] for _ in range(12)]
+    words: list[int] = []
+
+    def on_round() -> bool:
+        words.append(1)
+        return True
+
+    def timed(**rounds) -> dict:
+        return timing.time_callable(model, [rotations[0][0].clone()], rotations, torch.device("cpu"), budget_s=0.0,
+                                    max_iters=24, keep=(), target_spread=0.0, settle_within=0.0, **rounds)
+
+    # alone, its budget spent, it stops once every input set was timed; in rounds of 5, at the end
+    # of the round that reaches them, without that round's word (the other side is told it stopped)
+    assert timed()["iterations"] == 12
+    paired = timed(on_round=on_round, round_every=5)
+    assert paired["iterations"] == 15 and paired["rounds"] == len(words) == 2
 
 
 @pytest.mark.parametrize(("device", "stays", "timed", "enabled", "every"), [
