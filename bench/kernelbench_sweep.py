@@ -175,9 +175,9 @@ def summarize(rows: list[dict[str, Any]], wall_s: float | None, evaluated: int) 
         lines.append(f"identity |speedup vs eager - 1|: median {statistics.median(off):.4f}, "
                      f"p90 {_quantile(off, 0.9):.4f}, max {max(off):.4f}; "
                      f"within 0.03: {sum(o <= 0.03 for o in off)} of {len(off)}")
-        for timed in sorted({r.get("kernel_timed") or "?" for r in passed}):
+        for timed in sorted({r.get("kernel_timed") or "on the CPU" for r in passed}):
             some = [abs(r["speedup"]["eager"] - 1.0) for r in passed
-                    if (r.get("kernel_timed") or "?") == timed and r["speedup"].get("eager")]
+                    if (r.get("kernel_timed") or "on the CPU") == timed and r["speedup"].get("eager")]
             if some:
                 lines.append(f"  timed {timed}: {len(some)} tasks, median {statistics.median(some):.4f}, "
                              f"max {max(some):.4f}, within 0.03: {sum(o <= 0.03 for o in some)}")
