@@ -229,15 +229,17 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
                 if phase == "round" and want == "timing_end" and setup["pair_every"]:  # a paired timing's round
                     busy += 1
                     rounds += 1
-                    if message.get("seq") != received or rounds > plan.max_timed_iterations(request.device):
+                    # a round ends before the iteration cap, never at it (timing.time_callable)
+                    if message.get("seq") != received or rounds * setup["pair_every"] >= setup["max_iters"]:
                         raise Forged(make_finding(rule_set, "forged_result",
                                                    f"message {received} was round {rounds} (seq {message.get('seq')!r})"),
                                      child.log_tail())
                     paused = time.monotonic()
                     word = pair.turn() if pair is not None else b"g"
-                    deadline += time.monotonic() - paused  # the reference's round, not the candidate's time
-                    stretch["by"] += time.monotonic() - paused
-                    held_s += time.monotonic() - paused
+                    held = time.monotonic() - paused  # the reference's round, not the candidate's time
+                    deadline += held
+                    stretch["by"] += held
+                    held_s += held
                     child.signal(word)
                     continue
                 if phase == "gpu_busy" and want == "timing_begin":  # between its go and its timing
@@ -277,8 +279,9 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
                         pair = pairing.Pairing(checker, child, gpu, hardware, timeline, setup["pair_every"],
                                                request.run_timeout_s, pairing.pair_cpu(hardware))
                         pair.begin()
-                        deadline += time.monotonic() - paused
-                        stretch["by"] += time.monotonic() - paused
+                        held = time.monotonic() - paused
+                        deadline += held
+                        stretch["by"] += held
                     span = TimedSpan(child)  # while the child waits for this go
                     child.signal()
                 elif phase == "timing_end":
