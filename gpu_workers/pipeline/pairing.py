@@ -33,21 +33,6 @@ from .accounting import TimedSpan, Timeline
 from .reference import Checker, let_busy_go
 
 
-def process_cpu_ns(pid: int) -> int | None:
-    """CPU nanoseconds every thread of a process has run so far (``schedstat``); None once gone."""
-    total = 0
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            try:
-                with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as handle:
-                    total += int(handle.read().split()[0])
-            except (OSError, ValueError, IndexError):
-                continue  # a thread that ended meanwhile
-    except OSError:
-        return None
-    return total
-
-
 def pair_cpu(hardware: dict[str, Any]) -> int | None:
     """The one CPU both sides of a pair time on: the same CPU's speed, whatever it is, for both.
     One pair times at a time per GPU (a timing holds its GPU alone), so each GPU's pairs get a CPU
@@ -213,11 +198,11 @@ class Pairing:
         may take the pair's CPU or launch GPU work then. What CPU its threads used meanwhile is kept
         (``candidate_cpu_ms``: the stop's own evidence, nothing but the stop's delivery)."""
         held = self._candidate.stop_tree()
-        before = process_cpu_ns(self._candidate.proc.pid)
+        before = sandbox.process_cpu_ns(self._candidate.proc.pid)
         try:
             yield
         finally:
-            after = process_cpu_ns(self._candidate.proc.pid)
+            after = sandbox.process_cpu_ns(self._candidate.proc.pid)
             if before is not None and after is not None:
                 self.candidate_cpu_ns += max(after - before, 0)
             self._candidate.continue_tree(held)
