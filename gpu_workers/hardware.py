@@ -51,7 +51,7 @@ p = torch.cuda.get_device_properties(idx)
 print(json.dumps({"name": torch.cuda.get_device_name(idx), "capability": f"{p.major}.{p.minor}",
   "l2_bytes": int(getattr(p, "L2_cache_size", 0)), "memory_bytes": int(p.total_memory),
   "sm_count": int(p.multi_processor_count), "torch": torch.__version__, "cuda": torch.version.cuda,
-  "uuid": str(getattr(p, "uuid", "") or ""),
+  "uuid": str(getattr(p, "uuid", "") or ""), "count": torch.cuda.device_count(),
   "pci": "%04x:%02x:%02x.0" % (getattr(p, "pci_domain_id", 0), getattr(p, "pci_bus_id", 0), getattr(p, "pci_device_id", 0))
          if hasattr(p, "pci_bus_id") else ""}))
 """
@@ -129,13 +129,63 @@ def hardware_info(device: str, gpu_index: int | None = None) -> dict[str, Any]:
         name = info["name"]
         cuda = info["cuda"] or "none"
         extra = {k: info[k] for k in ("capability", "l2_bytes", "memory_bytes", "sm_count")}
-        extra["gpu"] = {"index": gpu_index or 0, "uuid": info.get("uuid", ""), **gpu_host_side(info.get("pci", ""))}
+        extra["gpu"] = {"index": gpu_index or 0, "uuid": info.get("uuid", ""), "count": int(info.get("count") or 1),
+                        **gpu_host_side(info.get("pci", ""))}
     else:
         name = _cpu_name()
         cuda = "none"
         extra = {"cores": os.cpu_count() or 1}
     key = f"{device}:{name}|torch-{torch.__version__}|cuda-{cuda}"
     return {"key": key, "device": device, "name": name, "torch": torch.__version__, "cuda": cuda, **extra}
+
+
+def timing_cpu(hardware: dict[str, Any]) -> int | None:
+    """The CPU a GPU's host-bound timings run on (``pipeline/pairing.py``: both sides of a pair, so
+    both meet the same CPU's speed). One timing holds a GPU at a time, so each GPU gets a CPU of its
+    own, counted from the last this process may use (of the GPU's own NUMA node, where the machine
+    says which). None where fewer than two CPUs are at hand."""
+    try:
+        mine = set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    gpu = hardware.get("gpu") or {}
+    cpus = sorted((set(gpu.get("local_cpus") or ()) & mine) or mine)
+    if len(cpus) < 2:
+        return None
+    return cpus[-1 - int(gpu.get("index") or 0) % len(cpus)]
+
+
+# A machine keeps its GPUs' timing CPUs free of children only where this many CPUs or more are at
+# hand per GPU: on fewer, one core less for sixteen evaluations' compiles and references costs more
+# than a quiet timing CPU gives.
+CPUS_PER_TIMING_CPU = 8
+
+
+def child_cpus(hardware: dict[str, Any]) -> list[int] | None:
+    """The CPUs an evaluation's children may run on: every CPU this process may use but the timing
+    CPUs of this machine's GPUs (``timing_cpu``), so that neighbours' compiles and references never
+    take the CPU a pair times on (on the H100 at 16 workers a reference's paired timing waited 14% of
+    it for that CPU while neighbours compiled). None: no restriction (the CPU device, a small machine)."""
+    if hardware.get("device") != "cuda":
+        return None
+    try:
+        mine = set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    gpu = hardware.get("gpu") or {}
+    own = int(gpu.get("index") or 0)
+    reserved: set[int] = set()
+    for index in range(max(int(gpu.get("count") or 1), own + 1)):
+        try:
+            facts = hardware if index == own else hardware_info("cuda", index)
+        except (RuntimeError, OSError, ValueError, subprocess.SubprocessError):
+            continue  # a GPU that cannot be probed gets no evaluations either
+        cpu = timing_cpu(facts)
+        if cpu is not None:
+            reserved.add(cpu)
+    if not reserved or len(mine) < CPUS_PER_TIMING_CPU * len(reserved):
+        return None
+    return sorted(mine - reserved)
 
 
 def ceilings(hardware: dict[str, Any]) -> tuple[float, float]:

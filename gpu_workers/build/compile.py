@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..hardware import cuda_arch_list, visible_device
+from ..hardware import child_cpus, cuda_arch_list, visible_device
 from ..sandbox import process as sandbox
 from ..schema import EvalRequest
 from ..settings import current
@@ -92,6 +92,9 @@ def child_env(request: EvalRequest, hardware: dict[str, Any], build: BuildContex
         if arch:
             env["TORCH_CUDA_ARCH_LIST"] = arch
         env["CUDA_VISIBLE_DEVICES"] = "" if hide_gpu else visible_device(request.gpu_index)
+        cpus = child_cpus(hardware)
+        if cpus:  # the GPUs' timing CPUs left to the timings (child.harden.keep_to_cpus)
+            env["KERNELCOURT_CHILD_CPUS"] = ",".join(map(str, cpus))
     else:
         env["CUDA_VISIBLE_DEVICES"] = ""
         env["GLIBC_TUNABLES"] = CPU_HEAP_TUNABLES

@@ -9,6 +9,7 @@ import sys
 
 
 def harden_process() -> None:
+    keep_to_cpus()
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     limit = int(os.environ.get("KA_ADDRESS_LIMIT", "0") or 0)
     if limit > 0:
@@ -21,6 +22,19 @@ def harden_process() -> None:
         pr_set_pdeathsig = 1
         libc.prctl(pr_set_pdeathsig, signal.SIGKILL)  # die with the parent
     except (OSError, AttributeError):
+        pass
+
+
+def keep_to_cpus() -> None:
+    """This process on the CPUs the parent gave its children (``KERNELCOURT_CHILD_CPUS``:
+    ``hardware.child_cpus``), before it starts a thread: every thread, compiler and compile worker it
+    starts inherits them. The parent alone puts a timing thread on a timing CPU (``pairing``)."""
+    given = os.environ.get("KERNELCOURT_CHILD_CPUS", "")
+    try:
+        cpus = {int(part) for part in given.split(",") if part.strip()}
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+    except (ValueError, OSError):  # a CPU this process may not use: it keeps what it was given
         pass
 
 

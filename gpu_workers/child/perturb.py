@@ -61,7 +61,7 @@ def perturb_(seed: int, param: Any) -> None:
     target = data.view(-1) if data.is_contiguous() else None
     pieces = []
     for start in range(0, count, CHUNK):
-        noise = (torch.randn(min(CHUNK, count - start), generator=generator, dtype=wide) * amplitude).to(
+        noise = torch.randn(min(CHUNK, count - start), generator=generator, dtype=wide).mul_(amplitude).to(
             dtype=data.dtype, device=data.device)
         if target is not None:
             target[start:start + noise.numel()].add_(noise)

@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import judge
 from ..build.compile import BuildContext, PhaseFailure, child_env, child_failure, threads_for
+from ..hardware import timing_cpu
 from ..rules import make_finding
 from ..sandbox import process as sandbox
 from ..sandbox.gpumemory import HOLD_BYTES
@@ -277,7 +278,7 @@ def run_candidate(request: EvalRequest, child: sandbox.Child, reference: dict[st
                     if setup["pair_every"]:  # the reference times its first round while the candidate waits
                         paused = time.monotonic()
                         pair = pairing.Pairing(checker, child, gpu, hardware, timeline, setup["pair_every"],
-                                               request.run_timeout_s, pairing.pair_cpu(hardware))
+                                               request.run_timeout_s, timing_cpu(hardware))
                         pair.begin()
                         held = time.monotonic() - paused
                         deadline += held

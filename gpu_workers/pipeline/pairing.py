@@ -32,23 +32,6 @@ from ..sandbox.gpuslot import GpuSlot
 from .accounting import TimedSpan, Timeline
 from .reference import Checker, let_busy_go
 
-
-def pair_cpu(hardware: dict[str, Any]) -> int | None:
-    """The one CPU both sides of a pair time on: the same CPU's speed, whatever it is, for both.
-    One pair times at a time per GPU (a timing holds its GPU alone), so each GPU's pairs get a CPU
-    of their own, counted from the last this process may use (of the GPU's own NUMA node, where the
-    machine says which)."""
-    try:
-        mine = set(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return None
-    gpu = hardware.get("gpu") or {}
-    cpus = sorted((set(gpu.get("local_cpus") or ()) & mine) or mine)
-    if len(cpus) < 2:
-        return None
-    return cpus[-1 - int(gpu.get("index") or 0) % len(cpus)]
-
-
 # Waits a candidate's timing thread may make for each round: for the parent's word, once more
 # after the stop (SIGSTOP) it was given while it waited, and once for the interpreter's lock when its
 # other threads wake with it (the strict track's watch): 11 for 5 rounds on the CPU on the open

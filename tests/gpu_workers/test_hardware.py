@@ -73,3 +73,45 @@ def test_a_gpu_is_probed_once_however_many_ask_at_once_and_a_failed_probe_is_not
         assert calls == [97, 98, 98]
     finally:
         hardware._probe_gpu_once.cache_clear()
+
+
+def test_each_gpu_times_on_a_cpu_of_its_own_and_children_are_kept_off_those_cpus(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    one = {"device": "cuda", "gpu": {"index": 0, "count": 1}}
+    assert hardware.timing_cpu(one) == 15
+    assert hardware.child_cpus(one) == list(range(15))
+    # two GPUs on two nodes: each a CPU of its own node (counted back by its index), neither a child's
+    nodes = {0: list(range(8)), 1: list(range(8, 16))}
+    facts = {i: {"device": "cuda", "gpu": {"index": i, "count": 2, "local_cpus": nodes[i]}} for i in (0, 1)}
+    monkeypatch.setattr(hardware, "hardware_info", lambda device, index: facts[index])
+    assert [hardware.timing_cpu(facts[i]) for i in (0, 1)] == [7, 14]
+    assert hardware.child_cpus(facts[0]) == hardware.child_cpus(facts[1]) == [*range(7), *range(8, 14), 15]
+    # nothing held back on the CPU device, nor where a timing CPU would cost a small machine a core in four
+    assert hardware.child_cpus({"device": "cpu"}) is None
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert hardware.timing_cpu(one) == 3 and hardware.child_cpus(one) is None
+
+
+def test_a_child_keeps_to_the_cpus_it_was_given_and_so_do_the_threads_it_starts():
+    mine = sorted(os.sched_getaffinity(0))
+    if len(mine) < 2:
+        pytest.skip("one CPU here: nothing to keep a child off")
+    given = mine[:1]
+    probe = ("import json, os, threading\n"
+             "from gpu_workers.child.harden import keep_to_cpus\n"
+             "keep_to_cpus()\n"
+             "seen = []\n"
+             "t = threading.Thread(target=lambda: seen.append(sorted(os.sched_getaffinity(threading.get_native_id()))))\n"
+             "t.start(); t.join()\n"
+             "print(json.dumps([sorted(os.sched_getaffinity(0)), seen[0]]))\n")
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": root, "KERNELCOURT_CHILD_CPUS": ",".join(map(str, given))}
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [given, given]
+    # a CPU it may not use leaves it where it was, never without one
+    env["KERNELCOURT_CHILD_CPUS"] = "100000"
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [mine, mine]
