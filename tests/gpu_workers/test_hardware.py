@@ -80,6 +80,13 @@ def test_each_gpu_times_on_a_cpu_of_its_own_and_children_are_kept_off_those_cpus
     one = {"device": "cuda", "gpu": {"index": 0, "count": 1}}
     assert hardware.timing_cpu(one) == 15
     assert hardware.child_cpus(one) == list(range(15))
+    from gpu_workers.build.compile import child_env
+    from gpu_workers.schema import EvalRequest
+
+    cuda = EvalRequest(task_source="", kernel_source="", device="cuda")
+    assert child_env(cuda, one, None, hide_gpu=False)["KERNELCOURT_CHILD_CPUS"] == ",".join(map(str, range(15)))
+    cpu = EvalRequest(task_source="", kernel_source="", device="cpu")
+    assert "KERNELCOURT_CHILD_CPUS" not in child_env(cpu, {"device": "cpu"}, None, hide_gpu=True)
     # two GPUs on two nodes: each a CPU of its own node (counted back by its index), neither a child's
     nodes = {0: list(range(8)), 1: list(range(8, 16))}
     facts = {i: {"device": "cuda", "gpu": {"index": i, "count": 2, "local_cpus": nodes[i]}} for i in (0, 1)}
