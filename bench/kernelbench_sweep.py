@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import statistics
 import subprocess
 import sys
@@ -226,6 +227,19 @@ def summarize(rows: list[dict[str, Any]], wall_s: float | None, evaluated: int) 
             lines.append(f"GPU memory held: {total / 1e12:.2f} TB-s announced over {len(held)} evaluations"
                          + (f", a bound of {total / usable:.0f} s on any schedule of them on one GPU ({usable / 1e9:.0f} "
                             "GB admitted)" if usable else ""))
+            alone = [r for r in rows if usable and 2 * float(((r.get("memory") or {}).get("announced") or {})
+                                                             .get("total") or 0) > usable]
+            holds = [steps for steps in map(_hold_steps, alone) if steps]
+            if holds:  # none of these shares the GPU with another: their holds add up on any schedule
+                spent: dict[str, float] = {}
+                for steps in holds:
+                    for step, seconds in steps.items():
+                        spent[step] = spent.get(step, 0.0) + seconds
+                each = [sum(steps.values()) for steps in holds]
+                lines.append(f"announcing more than half of it (no two at once): {len(holds)} evaluations held "
+                             f"theirs {sum(each):.0f} s in all, median {statistics.median(each):.1f} s, max "
+                             f"{max(each):.1f} s; by the step that ended each stretch: "
+                             + ", ".join(f"{k} {v:.0f}" for k, v in sorted(spent.items(), key=lambda kv: -kv[1])[:8]))
         used = []  # each child's allocator peak (reserved: what neighbours could not have) against its announcement
         for r in rows:
             memory = r.get("memory") or {}
@@ -299,6 +313,22 @@ def _memory_seconds(rows: list[dict[str, Any]]) -> list[tuple[str, float]]:
             seconds = marks["judge: begun"] - marks["gpu memory: admitted"]
             out.append((r["task"], float((memory.get("announced") or {}).get("total") or 0) * seconds))
     return out
+
+
+def _hold_steps(row: dict[str, Any]) -> dict[str, float]:
+    """Where an admitted evaluation's hold of its GPU bytes went (admission to the judge's start):
+    seconds by the timeline mark that ended each stretch, a mark's numbers left out so that its
+    repeats add up; {} where the row was not admitted or has no such marks."""
+    marks = [(re.sub(r"\s*\d+$", "", str(label)), float(at)) for label, at in row.get("timeline") or []]
+    labels = [label for label, _ in marks]
+    if not (row.get("memory") or {}).get("admitted") or "gpu memory: admitted" not in labels \
+            or "judge: begun" not in labels:
+        return {}
+    start, end = labels.index("gpu memory: admitted"), labels.index("judge: begun")
+    steps: dict[str, float] = {}
+    for (_, before), (label, at) in zip(marks[start:end], marks[start + 1:end + 1]):
+        steps[label] = steps.get(label, 0.0) + max(at - before, 0.0)
+    return steps
 
 
 def _usable_bytes(rows: list[dict[str, Any]]) -> float | None:

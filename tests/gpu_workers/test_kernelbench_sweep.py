@@ -93,6 +93,29 @@ def test_the_summary_says_what_memory_admission_cost_and_what_was_held_of_it(ben
     assert "a bound of 3 s on any schedule of them on one GPU" in text
 
 
+def test_the_summary_says_where_the_holds_of_the_tasks_too_large_to_share_the_gpu_went(bench_module):
+    # given a GPU admitting 900 bytes, two rows announcing 600 (more than half: never two at once) and one 150
+    sweep = bench_module("kernelbench_sweep")
+
+    def row(task, total, timeline):
+        return {"task": task, "repeat": 0, "status": "passed", "message": "", "speedup": {"eager": 1.0},
+                "gpu_exclusive_s": 1.0, "duration_s": 20.0, "gpu_held_s": 5.0, "gpu_wait_s": 0.0,
+                "memory": {"admitted": True, "waited_s": 0.0, "announced": {"total": total}},
+                "timeline": timeline, "gpu_memory_bytes": 1000}
+
+    big = [["sizing: measured", 0.5], ["gpu memory: admitted", 1.0], ["reference: trial", 3.0],
+           ["reference: trial", 5.0], ["reference: compared trial 3", 6.0], ["candidate: timing_end", 9.0],
+           ["judge: begun", 11.0], ["judge: done", 30.0]]
+    other = [["gpu memory: admitted", 0.0], ["reference: trial", 50.0], ["judge: begun", 60.0]]
+    text = sweep.summarize([row("level1/19_ReLU", 600, big), row("level1/20_LeakyReLU", 600, big),
+                            row("level2/1_Conv2D_ReLU_BiasAdd", 150, other)], 120.0, 3)
+    # then their holds add up, and each stretch is put on the mark that ended it, repeats and numbers together;
+    # what came before the admission and after the judge began is no part of it
+    assert ("announcing more than half of it (no two at once): 2 evaluations held theirs 20 s in all, median "
+            "10.0 s, max 10.0 s; by the step that ended each stretch: reference: trial 8, candidate: timing_end 6, "
+            "judge: begun 4, reference: compared trial 2") in text
+
+
 def test_host_overhead_times_each_stage_in_its_own_process_against_plain(tmp_path):
     task = REPO / "tests" / "gpu_workers" / "hacks" / "tasks" / "scale_relu.py"
     out = tmp_path / "overhead.json"
