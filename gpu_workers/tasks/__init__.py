@@ -91,12 +91,18 @@ def validate_kernel_source(source: str) -> None:
 
 
 def exec_source(source: str, module_name: str, filename: str) -> types.ModuleType:
-    """Execute source as a fresh module (children only: this runs the file's code)."""
+    """Execute source as a fresh module (children only: this runs the file's code). Its text is put
+    in ``linecache`` under ``filename``, as if read from a file: libraries that read a function's
+    source (``triton.jit``, ``torch.jit.script``, ``inspect.getsource``) work on it, and tracebacks
+    show its lines."""
+    import linecache
     import sys
 
     module = types.ModuleType(module_name)
     module.__file__ = filename
     sys.modules[module_name] = module  # dataclasses, pickling and torch.compile look modules up
+    # no modification time: linecache.checkcache keeps the entry, there being no file to compare with
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
     code = compile(source, filename, "exec")
     exec(code, module.__dict__)  # noqa: S102 - sandboxed child process only
     return module

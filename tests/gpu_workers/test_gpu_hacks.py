@@ -1,4 +1,5 @@
-"""CUDA hack kernels (load_inline, cuda_sources) against the evaluator on a real GPU.
+"""CUDA hack kernels (load_inline, cuda_sources; an honest Triton kernel beside them) against the
+evaluator on a real GPU.
 
 Run on the GPU machine: ``pytest -m gpu tests/gpu_workers/test_gpu_hacks.py``. Each kernel file builds
 its own extension (cached by source hash under KERNELCOURT_CACHE_DIR). All evaluations run once per
@@ -24,9 +25,9 @@ pytestmark = [
 
 CUDA = Path(__file__).resolve().parent / "hacks" / "cuda"
 TASK = CUDA / "scale_relu_16m.py"
-KERNELS = ("honest", "side_stream", "side_stream_python", "reused_memory", "lazy_output", "cache_data_ptr",
+KERNELS = ("honest", "honest_triton", "side_stream", "side_stream_python", "reused_memory", "lazy_output", "cache_data_ptr",
            "event_timer_patch")
-OPEN_TRACK = ("event_timer_patch",)  # also evaluated on the open track (no CUPTI watch there): NAME_open
+OPEN_TRACK = ("event_timer_patch", "honest_triton")  # also evaluated on the open track (no CUPTI watch there): NAME_open
 
 
 def _request(kernel: str, track: str = "strict") -> EvalRequest:
@@ -69,6 +70,23 @@ def test_honest_cuda_kernel_passes_with_no_reject_finding(cuda_results):
     assert result.status == "passed", _describe(result)
     assert result.rejects == [], _describe(result)
     assert result.reward >= 1.0
+
+
+def test_honest_triton_kernel_passes_on_the_open_track(cuda_results):
+    # @triton.jit reads the function's source when the module is imported, and Triton builds the kernel
+    # and its launcher at the first launch, in the candidate's own cache
+    result = cuda_results["honest_triton_open"]
+    assert result.status == "passed", _describe(result)
+    assert result.rejects == [], _describe(result)
+
+
+@pytest.mark.xfail(strict=True, reason="a known false reject: Triton's own launcher and driver helpers, built "
+                   "into the candidate's writable cache at the first launch, find libcuda with dlopen/dlsym, "
+                   "which the linkage check takes for run-time lookup (library_binding)")
+def test_honest_triton_kernel_passes_on_the_strict_track(cuda_results):
+    result = cuda_results["honest_triton"]
+    assert result.status == "passed", _describe(result)
+    assert result.rejects == [], _describe(result)
 
 
 def test_honest_cuda_kernel_has_no_findings_at_all(cuda_results):

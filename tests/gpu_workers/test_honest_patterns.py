@@ -1,6 +1,7 @@
 """Honest patterns that must pass: weights derived at construction (the second weight configuration
-is made while both models are built), library code that reads frames; and the candidate's own frame
-reads, which must still be refused."""
+is made while both models are built), library code that reads frames, library code that reads the
+candidate's source (TorchScript, Triton's ``@jit``); and the candidate's own frame reads, which must
+still be refused."""
 
 from __future__ import annotations
 
@@ -114,6 +115,25 @@ class ModelNew(nn.Module):
         return torch.relu(self.proj(x)) + 0.0 * len(getattr(caller, "f_" + "locals"))
 '''
 
+SCRIPTED = '''
+import torch
+import torch.nn as nn
+
+
+@torch.jit.script  # compiled from the function's source, which TorchScript reads as Triton's @jit does
+def _bias_relu(y: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    return torch.relu(y + bias)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        return _bias_relu(x @ self.proj.weight.t(), self.proj.bias)
+'''
+
 
 def _request(task: str, kernel: str, name: str) -> EvalRequest:
     return EvalRequest(task_source=task, kernel_source=kernel, device="cpu", track="open", task_name=name,
@@ -124,7 +144,8 @@ def _request(task: str, kernel: str, name: str) -> EvalRequest:
 def results(kernelcourt_cache_dir):
     requests = {"prescaled": _request(CONV_TASK, PRESCALED, "conv"),
                 "transformer": _request(TRANSFORMER_TASK, TRANSFORMER_CANDIDATE, "linear"),
-                "own_frames": _request(TRANSFORMER_TASK, OWN_FRAMES, "linear")}
+                "own_frames": _request(TRANSFORMER_TASK, OWN_FRAMES, "linear"),
+                "scripted": _request(TRANSFORMER_TASK, SCRIPTED, "linear")}
     with LocalPool(workers=2) as pool:
         futures = {name: pool.submit(request) for name, request in requests.items()}
         return {name: future.result() for name, future in futures.items()}
@@ -148,3 +169,10 @@ def test_the_candidates_own_frame_read_is_refused_as_a_violation(results):
     assert result.status == "rejected"
     assert [f.rule for f in result.rejects] == ["sandbox_violation"]
     assert "sys._getframe in candidate code" in result.message
+
+
+def test_a_function_compiled_from_its_source_passes(results):
+    # given a candidate whose helper TorchScript compiles from its source text (as triton.jit does)
+    result = results["scripted"]
+    # then it is imported and evaluated like any other, not failed for a source its file cannot give
+    assert result.status == "passed", result.message
