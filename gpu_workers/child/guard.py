@@ -51,6 +51,12 @@ _FRAME_CONSUMERS = (
     ("collections", "namedtuple"), ("enum", "EnumType._create_"), ("enum", "EnumMeta._create_"),
     ("enum", "Enum._missing_"), ("typing_extensions", "_caller"),
     ("typing_extensions", "_has_generic_or_protocol_as_origin"), ("torch._jit_internal", "get_class_name_lineno"),
+    # torch's operator registrations record where they were made: a caller's file and line, its
+    # module's name, or "file:line" (what torch.jit.trace's first use imports registers this way)
+    ("torch.library", "Library.__init__"), ("torch.library", "Library._register_fake"),
+    ("torch._library.utils", "get_source"),
+    # torch.jit.trace names a traced value after the caller's local that holds it: a name, never a value
+    ("torch.jit._trace", "_create_interpreter_name_lookup_fn"),
 )
 # Library functions that return a frame to their caller: trusted only when that caller is a consumer.
 _FRAME_PROVIDERS = (("logging", "currentframe"), ("inspect", "currentframe"), ("traceback", "walk_tb"),
@@ -102,8 +108,15 @@ def _who(frame: object, accessors: frozenset) -> str:
     back = frame.f_back  # type: ignore[attr-defined]
     if code in accessors and back is not None and _candidate_frame(back):
         return "candidate code"
+    if code in accessors and back is not None:  # the library function that asked, as well as how
+        return f"library code ({_name(back)}, through {_name(frame)})"
+    return f"library code ({_name(frame)})"
+
+
+def _name(frame: object) -> str:
+    code = frame.f_code  # type: ignore[attr-defined]
     module = frame.f_globals.get("__name__", "?")  # type: ignore[attr-defined]
-    return f"library code ({module}.{getattr(code, 'co_qualname', code.co_name)})"
+    return f"{module}.{getattr(code, 'co_qualname', code.co_name)}"
 
 
 class Blocked(AttributeError, ValueError):

@@ -37,15 +37,24 @@ PRELOAD = {"compile": ("build.inline", "tasks"),
 # load_inline and our fast build need, ~0.1-0.2 s of CPU) asks CUDA for its devices at import
 # (torch.cuda.is_available, once it finds CUDA_HOME), which a process that forks children must not do.
 PRELOAD_OWN = {"compile": ("torch.utils.cpp_extension",), "candidate": ("torch.utils.cpp_extension",)}
+# Libraries torch imports on first use whose own import reads its caller's frames, imported before the
+# candidate's guard is installed: sympy's multipledispatch registers into its caller's locals, and
+# torch.jit.trace, torch.fx and the FLOP counter pull it in from the candidate's first call of them.
+PRELOAD_LIBRARIES = {"candidate": ("sympy",)}
 
 
 def preload(role: str, own: bool = False) -> None:
-    """Our modules for ``role`` (what the zygote imports too); with ``own``, also those only a
-    child may import."""
+    """Our modules and the libraries for ``role`` (what the zygote imports too); with ``own``, also
+    those only a child may import."""
     import importlib
 
     for name in PRELOAD.get(role, ()):
         importlib.import_module(f"gpu_workers.{name}")
+    for name in PRELOAD_LIBRARIES.get(role, ()):
+        try:
+            importlib.import_module(name)
+        except ImportError:  # torch's own dependency: absent, torch cannot have imported it either
+            pass
     for name in PRELOAD_OWN.get(role, ()) if own else ():
         importlib.import_module(name)
 

@@ -1,7 +1,7 @@
 """Honest patterns that must pass: weights derived at construction (the second weight configuration
 is made while both models are built), library code that reads frames, library code that reads the
-candidate's source (TorchScript, Triton's ``@jit``); and the candidate's own frame reads, which must
-still be refused."""
+candidate's source (TorchScript, Triton's ``@jit``) or records its callers (``torch.jit.trace``); and
+the candidate's own frame reads, which must still be refused."""
 
 from __future__ import annotations
 
@@ -134,6 +134,34 @@ class ModelNew(nn.Module):
         return _bias_relu(x @ self.proj.weight.t(), self.proj.bias)
 '''
 
+TRACED = '''
+import torch
+import torch.nn as nn
+
+
+class _Inner(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        return torch.relu(self.proj(x))
+
+
+class ModelNew(nn.Module):
+    """Traces its body with TorchScript on the first call, as some model-written kernels do."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.inner = _Inner(d)
+        self.traced = None
+
+    def forward(self, x):
+        if self.traced is None:
+            self.traced = torch.jit.trace(self.inner, x)
+        return self.traced(x)
+'''
+
 
 def _request(task: str, kernel: str, name: str) -> EvalRequest:
     return EvalRequest(task_source=task, kernel_source=kernel, device="cpu", track="open", task_name=name,
@@ -145,7 +173,8 @@ def results(kernelcourt_cache_dir):
     requests = {"prescaled": _request(CONV_TASK, PRESCALED, "conv"),
                 "transformer": _request(TRANSFORMER_TASK, TRANSFORMER_CANDIDATE, "linear"),
                 "own_frames": _request(TRANSFORMER_TASK, OWN_FRAMES, "linear"),
-                "scripted": _request(TRANSFORMER_TASK, SCRIPTED, "linear")}
+                "scripted": _request(TRANSFORMER_TASK, SCRIPTED, "linear"),
+                "traced": _request(TRANSFORMER_TASK, TRACED, "linear")}
     with LocalPool(workers=2) as pool:
         futures = {name: pool.submit(request) for name, request in requests.items()}
         return {name: future.result() for name, future in futures.items()}
@@ -176,3 +205,10 @@ def test_a_function_compiled_from_its_source_passes(results):
     result = results["scripted"]
     # then it is imported and evaluated like any other, not failed for a source its file cannot give
     assert result.status == "passed", result.message
+
+
+def test_a_module_traced_with_torchscript_passes(results):
+    # torch.jit.trace reads its caller's frames for its own use: library code, let through
+    result = results["traced"]
+    assert result.status == "passed", result.message
+    assert [f.rule for f in result.findings if f.rule == "sandbox_violation"] == []
