@@ -34,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", nargs="*", default=None)
     parser.add_argument("--capacity", type=int, default=H200_BYTES, help="the GPU's memory in bytes")
     parser.add_argument("--out", default=None, help="one JSON line per task")
-    parser.add_argument("--rows", default=None, help="summarise an earlier run's --out rather than measure again (its announcements are "
+    parser.add_argument("--rows", default=None,
+                        help="summarise an earlier run's --out rather than measure again (its announcements are "
                              "those for the capacity it measured with; what fits is judged on this one)")
     parser.add_argument("--minutes", type=float, default=20.0,
                         help="the sweep time to set against the schedule bound (issue 20's goal: 20)")

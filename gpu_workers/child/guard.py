@@ -106,10 +106,10 @@ def _who(frame: object, accessors: frozenset) -> str:
         return "candidate code"
     code = frame.f_code  # type: ignore[attr-defined]
     back = frame.f_back  # type: ignore[attr-defined]
-    if code in accessors and back is not None and _candidate_frame(back):
-        return "candidate code"
-    if code in accessors and back is not None:  # the library function that asked, as well as how
-        return f"library code ({_name(back)}, through {_name(frame)})"
+    if code in accessors and back is not None:
+        if _candidate_frame(back):
+            return "candidate code"
+        return f"library code ({_name(back)}, through {_name(frame)})"  # who asked, and how
     return f"library code ({_name(frame)})"
 
 

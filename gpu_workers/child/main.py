@@ -39,7 +39,7 @@ PRELOAD = {"compile": ("build.inline", "tasks"),
 PRELOAD_OWN = {"compile": ("torch.utils.cpp_extension",), "candidate": ("torch.utils.cpp_extension",)}
 # Libraries torch imports on first use whose own import reads its caller's frames, imported before the
 # candidate's guard is installed: sympy's multipledispatch registers into its caller's locals, and
-# torch.jit.trace, torch.fx and the FLOP counter pull it in from the candidate's first call of them.
+# torch.jit.trace pulls it in at the candidate's first call of it.
 PRELOAD_LIBRARIES = {"candidate": ("sympy",)}
 
 
